@@ -1,0 +1,412 @@
+//! How long to pause between attempts.
+
+use std::time::Duration;
+
+use rand::{Rng, RngCore};
+
+use crate::error::ConfigError;
+
+/// The smallest jitter factor accepted: below 10 % clients that failed
+/// together retry together (SPEC §1, anti-pattern 2).
+pub const MIN_JITTER: f64 = 0.1;
+
+/// How a pause is randomized.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Jitter {
+    /// `delay · (1 ± factor)`, uniform: the SPEC formula. The default is
+    /// `Symmetric(0.25)`, i.e. ±25 %.
+    Symmetric(f64),
+    /// `delay · (1 + [0, factor])`: only ever longer, as in the `db_tx`
+    /// preset (`10 ms · attempt²` plus up to 25 %).
+    Additive(f64),
+    /// AWS "full jitter": uniform in `[0, delay]`. The least contention,
+    /// at the price of sometimes retrying almost at once.
+    Full,
+    /// AWS "decorrelated jitter": `min(max_interval, uniform(initial,
+    /// previous · 3))`. Grows by itself; ignores the multiplier.
+    Decorrelated,
+}
+
+/// How the un-randomized pause grows with the attempt number.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Growth {
+    /// `initial · multiplier^n`.
+    Exponential,
+    /// `initial · (n + 1)²`, the `db_tx` preset's `10 ms · attempt²`.
+    Quadratic,
+}
+
+/// The pause schedule: `delay(n) = min(max_interval, initial ·
+/// multiplier^n)`, then randomized by [`Jitter`] (SPEC §1).
+///
+/// # Default
+///
+/// The SPEC's HTTP defaults: `initial` 100 ms, `multiplier` 2.0,
+/// `max_interval` 2 s, jitter ±25 % — pauses of about 100, 200, 400 ms.
+///
+/// # Example
+///
+/// ```
+/// use resilience_runtime::retry::{Backoff, Jitter};
+/// use rand::{SeedableRng, rngs::SmallRng};
+/// use std::time::Duration;
+///
+/// let backoff = Backoff::new()
+///     .with_initial(Duration::from_millis(50))
+///     .with_max_interval(Duration::from_secs(1))
+///     .with_jitter(Jitter::Full);
+/// backoff.validate()?;
+///
+/// let pauses: Vec<Duration> = backoff.delays(SmallRng::seed_from_u64(7)).take(6).collect();
+/// assert!(pauses.iter().all(|p| *p <= Duration::from_secs(1)));
+/// # Ok::<(), resilience_runtime::ConfigError>(())
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Backoff {
+    initial: Duration,
+    multiplier: f64,
+    max_interval: Duration,
+    growth: Growth,
+    jitter: Jitter,
+}
+
+impl Default for Backoff {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Backoff {
+    /// The SPEC's HTTP schedule (see [# Default](Self#default)).
+    pub const fn new() -> Self {
+        Self {
+            initial: Duration::from_millis(100),
+            multiplier: 2.0,
+            max_interval: Duration::from_secs(2),
+            growth: Growth::Exponential,
+            jitter: Jitter::Symmetric(0.25),
+        }
+    }
+
+    /// The background-consumer schedule: 500 ms, ×2, capped at 30 s, ±25 %.
+    pub const fn background() -> Self {
+        Self::new()
+            .with_initial(Duration::from_millis(500))
+            .with_max_interval(Duration::from_secs(30))
+    }
+
+    /// The database-transaction schedule: `10 ms · attempt²` plus up to
+    /// 25 % (10, 40, 90 ms …), capped at 1 s.
+    pub const fn db_tx() -> Self {
+        Self::new()
+            .with_initial(Duration::from_millis(10))
+            .with_max_interval(Duration::from_secs(1))
+            .with_growth(Growth::Quadratic)
+            .with_jitter(Jitter::Additive(0.25))
+    }
+
+    /// The first pause, before randomization.
+    pub const fn with_initial(mut self, initial: Duration) -> Self {
+        self.initial = initial;
+        self
+    }
+
+    /// The growth factor of [`Growth::Exponential`]; at least 1.
+    pub const fn with_multiplier(mut self, multiplier: f64) -> Self {
+        self.multiplier = multiplier;
+        self
+    }
+
+    /// The cap on one pause, before randomization.
+    pub const fn with_max_interval(mut self, max_interval: Duration) -> Self {
+        self.max_interval = max_interval;
+        self
+    }
+
+    /// How the pause grows.
+    pub const fn with_growth(mut self, growth: Growth) -> Self {
+        self.growth = growth;
+        self
+    }
+
+    /// How the pause is randomized; see [`Jitter`].
+    pub const fn with_jitter(mut self, jitter: Jitter) -> Self {
+        self.jitter = jitter;
+        self
+    }
+
+    /// The first pause, before randomization.
+    pub const fn initial(&self) -> Duration {
+        self.initial
+    }
+
+    /// The growth factor.
+    pub const fn multiplier(&self) -> f64 {
+        self.multiplier
+    }
+
+    /// The cap on one pause, before randomization.
+    pub const fn max_interval(&self) -> Duration {
+        self.max_interval
+    }
+
+    /// How the pause grows.
+    pub const fn growth(&self) -> Growth {
+        self.growth
+    }
+
+    /// How the pause is randomized.
+    pub const fn jitter(&self) -> Jitter {
+        self.jitter
+    }
+
+    /// The longest pause this schedule can produce.
+    pub fn max_pause(&self) -> Duration {
+        match self.jitter {
+            Jitter::Symmetric(f) | Jitter::Additive(f) => self.max_interval.mul_f64(1.0 + f),
+            Jitter::Full | Jitter::Decorrelated => self.max_interval,
+        }
+    }
+
+    /// Checks the rules of SPEC §1: a non-zero `initial` no larger than
+    /// `max_interval`, a finite `multiplier` of at least 1, and a jitter
+    /// factor in `[0.1, 1]`.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        const WHAT: &str = "backoff";
+        if self.initial.is_zero() {
+            return Err(ConfigError::new(
+                WHAT,
+                "initial",
+                "0s",
+                "a zero first pause retries at once and hammers the dependency; use at least \"1ms\"",
+            ));
+        }
+        if self.initial > self.max_interval {
+            return Err(ConfigError::new(
+                WHAT,
+                "initial",
+                format!("{:?}", self.initial),
+                format!(
+                    "the first pause is longer than `max_interval = {:?}`; lower `initial` or raise `max_interval`",
+                    self.max_interval
+                ),
+            ));
+        }
+        if !self.multiplier.is_finite() || self.multiplier < 1.0 {
+            return Err(ConfigError::new(
+                WHAT,
+                "multiplier",
+                self.multiplier,
+                "pauses must not shrink: use a finite multiplier of at least 1.0 (2.0 is the default)",
+            ));
+        }
+        if let Jitter::Symmetric(f) | Jitter::Additive(f) = self.jitter {
+            if !(MIN_JITTER..=1.0).contains(&f) {
+                return Err(ConfigError::new(
+                    WHAT,
+                    "jitter",
+                    f,
+                    "jitter must be between 0.1 and 1.0: below 10 % clients that failed together retry together (thundering herd); 0.25 is the default",
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// The pause after the `retry`-th failure (0-based), given the previous
+    /// pause (only [`Jitter::Decorrelated`] uses it).
+    pub fn delay<R: RngCore + ?Sized>(
+        &self,
+        retry: u32,
+        previous: Duration,
+        rng: &mut R,
+    ) -> Duration {
+        let cap = self.max_interval.as_secs_f64();
+        let initial = self.initial.as_secs_f64();
+        let base = || {
+            let base = match self.growth {
+                Growth::Exponential => {
+                    initial
+                        * self
+                            .multiplier
+                            .powi(i32::try_from(retry).unwrap_or(i32::MAX))
+                }
+                Growth::Quadratic => initial * f64::from(retry.saturating_add(1)).powi(2),
+            };
+            // powi overflows to +inf (or NaN for a bad multiplier): both mean "capped".
+            if base.is_finite() { base.min(cap) } else { cap }
+        };
+        let secs = match self.jitter {
+            Jitter::Symmetric(f) => base() * (1.0 + uniform(rng, -f, f)),
+            Jitter::Additive(f) => base() * (1.0 + uniform(rng, 0.0, f)),
+            Jitter::Full => uniform(rng, 0.0, base()),
+            Jitter::Decorrelated => {
+                let low = initial.min(cap);
+                let high = (previous.as_secs_f64().max(initial) * 3.0).min(cap);
+                uniform(rng, low, high)
+            }
+        };
+        secs_to_duration(secs)
+    }
+
+    /// The endless sequence of randomized pauses; a [`Policy`](super::Policy)
+    /// decides how many of them are used.
+    pub fn delays<R: RngCore>(self, rng: R) -> Delays<R> {
+        Delays {
+            backoff: self,
+            retry: 0,
+            previous: Duration::ZERO,
+            rng,
+        }
+    }
+}
+
+// `random_range` panics on an empty or non-finite range; an unvalidated
+// backoff must degrade to "no jitter", not abort the caller.
+fn uniform<R: RngCore + ?Sized>(rng: &mut R, low: f64, high: f64) -> f64 {
+    if low.is_finite() && high.is_finite() && high > low {
+        rng.random_range(low..=high)
+    } else {
+        low
+    }
+}
+
+fn secs_to_duration(secs: f64) -> Duration {
+    Duration::try_from_secs_f64(secs.max(0.0)).unwrap_or(Duration::MAX)
+}
+
+/// The randomized pauses of a [`Backoff`], as an iterator.
+#[derive(Debug, Clone)]
+pub struct Delays<R> {
+    backoff: Backoff,
+    retry: u32,
+    previous: Duration,
+    rng: R,
+}
+
+impl<R: RngCore> Iterator for Delays<R> {
+    type Item = Duration;
+
+    fn next(&mut self) -> Option<Duration> {
+        let delay = self.backoff.delay(self.retry, self.previous, &mut self.rng);
+        self.retry = self.retry.saturating_add(1);
+        self.previous = delay;
+        Some(delay)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::SeedableRng;
+    use rand::rngs::SmallRng;
+
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
+    }
+
+    #[test]
+    fn spec_schedule_stays_within_jitter_of_100_200_400() {
+        for seed in 0..200 {
+            let pauses: Vec<_> = Backoff::new()
+                .delays(SmallRng::seed_from_u64(seed))
+                .take(6)
+                .collect();
+            for (pause, base) in pauses.iter().zip([100, 200, 400, 800, 1600, 2000]) {
+                let base = ms(base);
+                assert!(
+                    *pause >= base.mul_f64(0.75) && *pause <= base.mul_f64(1.25),
+                    "seed {seed}: {pause:?} vs {base:?}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn db_tx_is_quadratic_and_only_longer() {
+        for seed in 0..200 {
+            let pauses: Vec<_> = Backoff::db_tx()
+                .delays(SmallRng::seed_from_u64(seed))
+                .take(3)
+                .collect();
+            for (pause, base) in pauses.iter().zip([10, 40, 90]) {
+                let base = ms(base);
+                assert!(
+                    *pause >= base && *pause <= base.mul_f64(1.25),
+                    "{pause:?} vs {base:?}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn full_and_decorrelated_stay_under_the_cap() {
+        let cap = ms(500);
+        for jitter in [Jitter::Full, Jitter::Decorrelated] {
+            let b = Backoff::new().with_max_interval(cap).with_jitter(jitter);
+            b.validate().unwrap();
+            let pauses: Vec<_> = b.delays(SmallRng::seed_from_u64(1)).take(50).collect();
+            assert!(pauses.iter().all(|p| *p <= cap), "{jitter:?}: {pauses:?}");
+            // Randomized for real: not all equal.
+            assert!(pauses.windows(2).any(|w| w[0] != w[1]), "{jitter:?}");
+        }
+        let decorrelated: Vec<_> = Backoff::new()
+            .with_jitter(Jitter::Decorrelated)
+            .delays(SmallRng::seed_from_u64(3))
+            .take(50)
+            .collect();
+        assert!(
+            decorrelated.iter().all(|p| *p >= ms(100)),
+            "{decorrelated:?}"
+        );
+    }
+
+    #[test]
+    fn huge_attempt_numbers_saturate_at_the_cap() {
+        let b = Backoff::new().with_jitter(Jitter::Symmetric(0.1));
+        let d = b.delay(u32::MAX, Duration::ZERO, &mut SmallRng::seed_from_u64(0));
+        assert!(d >= ms(1800) && d <= ms(2200), "{d:?}");
+    }
+
+    #[test]
+    fn validation_names_field_and_value() {
+        let cases = [
+            (Backoff::new().with_initial(Duration::ZERO), "initial"),
+            (Backoff::new().with_initial(ms(3000)), "initial"),
+            (Backoff::new().with_multiplier(0.5), "multiplier"),
+            (Backoff::new().with_multiplier(f64::NAN), "multiplier"),
+            (Backoff::new().with_multiplier(f64::INFINITY), "multiplier"),
+            (
+                Backoff::new().with_jitter(Jitter::Symmetric(0.05)),
+                "jitter",
+            ),
+            (Backoff::new().with_jitter(Jitter::Symmetric(1.5)), "jitter"),
+            (
+                Backoff::new().with_jitter(Jitter::Additive(f64::NAN)),
+                "jitter",
+            ),
+            (
+                Backoff::new().with_jitter(Jitter::Symmetric(-0.25)),
+                "jitter",
+            ),
+        ];
+        for (backoff, field) in cases {
+            let err = backoff.validate().unwrap_err();
+            assert_eq!(err.field(), field, "{err}");
+        }
+        let err = Backoff::new()
+            .with_jitter(Jitter::Symmetric(0.05))
+            .validate()
+            .unwrap_err();
+        assert_eq!(err.value(), "0.05");
+        assert!(err.reason().contains("thundering herd"), "{err}");
+        for ok in [
+            Backoff::new(),
+            Backoff::background(),
+            Backoff::db_tx(),
+            Backoff::new().with_jitter(Jitter::Symmetric(0.1)),
+        ] {
+            ok.validate().unwrap();
+        }
+    }
+}

@@ -1,0 +1,530 @@
+//! The retry executor: a future that runs an operation under a [`Policy`].
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll, ready};
+use std::time::Duration;
+
+use pin_project_lite::pin_project;
+use rand::rngs::SmallRng;
+use rand::{RngCore, SeedableRng};
+use tokio::time::{Instant, Sleep};
+
+use super::{Classify, Policy, Verdict};
+use crate::deadline;
+use crate::error::Error;
+
+/// Decides, at one call site, whether an error is worth retrying.
+///
+/// The default, [`ByClassify`], asks the error's [`Classify`] impl. A
+/// closure returning a [`Verdict`] or a `bool` (`true`: retry) overrides it
+/// for one call site.
+pub trait When<E> {
+    /// The verdict for `error`.
+    fn when(&mut self, error: &E) -> Verdict;
+}
+
+/// The default classifier: the error's own [`Classify`] impl.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ByClassify;
+
+impl<E: Classify> When<E> for ByClassify {
+    #[inline]
+    fn when(&mut self, error: &E) -> Verdict {
+        error.classify()
+    }
+}
+
+impl<E, F, V> When<E> for F
+where
+    F: FnMut(&E) -> V,
+    V: Into<Verdict>,
+{
+    fn when(&mut self, error: &E) -> Verdict {
+        self(error).into()
+    }
+}
+
+impl From<bool> for Verdict {
+    /// `true` is [`Verdict::Transient`], `false` is [`Verdict::Permanent`].
+    fn from(retry: bool) -> Self {
+        if retry {
+            Verdict::Transient
+        } else {
+            Verdict::Permanent
+        }
+    }
+}
+
+/// Why a retry chain stopped on an error.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum GiveUp {
+    /// The error was classified permanent.
+    Permanent,
+    /// The policy's attempts were used up.
+    Exhausted,
+    /// The next pause would have crossed the policy's `max_elapsed`.
+    Elapsed,
+    /// The caller's deadline passed, or the next pause would have crossed it.
+    Deadline,
+}
+
+impl GiveUp {
+    /// A short label: `permanent`, `exhausted`, `elapsed` or `deadline`.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            GiveUp::Permanent => "permanent",
+            GiveUp::Exhausted => "exhausted",
+            GiveUp::Elapsed => "elapsed",
+            GiveUp::Deadline => "deadline",
+        }
+    }
+}
+
+/// What a [`Notify`] hook sees: the outcome of each attempt.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum Event<'a, E> {
+    /// Attempt `attempt` (1-based) succeeded.
+    Success {
+        /// The attempt number, from 1.
+        attempt: u32,
+    },
+    /// Attempt `attempt` failed with a retryable error; the next attempt
+    /// starts after `delay`.
+    Retry {
+        /// The attempt number, from 1.
+        attempt: u32,
+        /// The pause before the next attempt.
+        delay: Duration,
+        /// The error of this attempt.
+        error: &'a E,
+        /// How the error was classified.
+        verdict: Verdict,
+    },
+    /// Attempt `attempt` failed and the chain stops.
+    GaveUp {
+        /// The attempt number, from 1.
+        attempt: u32,
+        /// The last error of the operation (or the runtime's own, when the
+        /// deadline passed before an attempt could start).
+        error: &'a E,
+        /// Why the chain stops.
+        reason: GiveUp,
+    },
+}
+
+impl<E> Event<'_, E> {
+    /// The attempt the event is about, from 1.
+    pub fn attempt(&self) -> u32 {
+        match self {
+            Event::Success { attempt }
+            | Event::Retry { attempt, .. }
+            | Event::GaveUp { attempt, .. } => *attempt,
+        }
+    }
+}
+
+/// A hook that sees each attempt's outcome: for logs, metrics, and the
+/// dead-letter queue of a background consumer.
+pub trait Notify<E> {
+    /// Called once per attempt.
+    fn notify(&mut self, event: &Event<'_, E>);
+}
+
+/// The default hook: does nothing, and costs nothing.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Quiet;
+
+impl<E> Notify<E> for Quiet {
+    #[inline(always)]
+    fn notify(&mut self, _: &Event<'_, E>) {}
+}
+
+impl<E, F: FnMut(&Event<'_, E>)> Notify<E> for F {
+    fn notify(&mut self, event: &Event<'_, E>) {
+        self(event)
+    }
+}
+
+impl<E, A: Notify<E>, B: Notify<E>> Notify<E> for (A, B) {
+    fn notify(&mut self, event: &Event<'_, E>) {
+        self.0.notify(event);
+        self.1.notify(event);
+    }
+}
+
+/// The default random source for jitter: a small fast generator seeded from
+/// the thread's generator on first use, so a call whose first attempt
+/// succeeds never touches it.
+#[derive(Debug, Default)]
+pub struct LazyRng(Option<SmallRng>);
+
+impl LazyRng {
+    fn get(&mut self) -> &mut SmallRng {
+        self.0
+            .get_or_insert_with(|| SmallRng::from_rng(&mut rand::rng()))
+    }
+}
+
+impl RngCore for LazyRng {
+    fn next_u32(&mut self) -> u32 {
+        self.get().next_u32()
+    }
+    fn next_u64(&mut self) -> u64 {
+        self.get().next_u64()
+    }
+    fn fill_bytes(&mut self, dst: &mut [u8]) {
+        self.get().fill_bytes(dst)
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum TimerRole {
+    None,
+    AttemptTimeout(Duration),
+    Deadline,
+}
+
+pin_project! {
+    #[project = StateProj]
+    enum State<Fut> {
+        Idle,
+        Running { #[pin] fut: Fut },
+        Pausing,
+        Done,
+    }
+}
+
+pin_project! {
+    /// A retry chain in progress: runs `op` until it succeeds, fails
+    /// permanently, or the policy, the elapsed time or the caller's
+    /// deadline says stop.
+    ///
+    /// Built by [`Policy::retry`]; `.await` it. Dropping it cancels
+    /// everything: the attempt in flight and the pending timer are dropped
+    /// with it, and nothing is left running.
+    ///
+    /// The first attempt costs no clock read, no allocation and no random
+    /// number when it succeeds at its first poll; the clock is read when an
+    /// attempt is first pending, so `max_elapsed` still covers it.
+    ///
+    /// # Panics
+    ///
+    /// Like [`tokio::time::sleep`], a chain that has to pause or time an
+    /// attempt panics outside a Tokio runtime with the time driver enabled.
+    /// Polling it again after it completed panics.
+    #[must_use = "a retry chain does nothing unless it is `.await`ed"]
+    pub struct Retry<F, Fut, N = Quiet, W = ByClassify, R = LazyRng> {
+        policy: Policy,
+        op: F,
+        notify: N,
+        when: W,
+        rng: R,
+        attempt: u32,
+        start: Option<Instant>,
+        previous_delay: Duration,
+        timer_role: TimerRole,
+        #[pin]
+        timer: Option<Sleep>,
+        #[pin]
+        state: State<Fut>,
+    }
+}
+
+impl Policy {
+    /// Runs `op` under this policy; see [`Retry`].
+    ///
+    /// `op` builds one attempt: it is called again for every retry, so the
+    /// future it returns must own (clones of) what it needs.
+    pub fn retry<F, Fut, T, E>(self, op: F) -> Retry<F, Fut>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T, E>>,
+    {
+        Retry {
+            policy: self,
+            op,
+            notify: Quiet,
+            when: ByClassify,
+            rng: LazyRng(None),
+            attempt: 0,
+            start: None,
+            previous_delay: Duration::ZERO,
+            timer_role: TimerRole::None,
+            timer: None,
+            state: State::Idle,
+        }
+    }
+}
+
+impl<F, Fut, T, E, N, W, R> Retry<F, Fut, N, W, R>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, E>>,
+{
+    /// Calls `notify` with every attempt's outcome (see [`Event`]).
+    pub fn notify<N2>(self, notify: N2) -> Retry<F, Fut, N2, W, R>
+    where
+        N2: FnMut(&Event<'_, E>),
+    {
+        self.notify_with(notify)
+    }
+
+    /// Like [`notify`](Self::notify), for any [`Notify`] implementation.
+    pub fn notify_with<N2: Notify<E>>(self, notify: N2) -> Retry<F, Fut, N2, W, R> {
+        let Retry {
+            policy,
+            op,
+            when,
+            rng,
+            ..
+        } = self;
+        Retry::fresh(policy, op, notify, when, rng)
+    }
+
+    /// Classifies errors with `when` instead of their [`Classify`] impl;
+    /// `when` returns a [`Verdict`], or a `bool` where `true` means retry.
+    pub fn when<W2, V>(self, when: W2) -> Retry<F, Fut, N, W2, R>
+    where
+        W2: FnMut(&E) -> V,
+        V: Into<Verdict>,
+    {
+        let Retry {
+            policy,
+            op,
+            notify,
+            rng,
+            ..
+        } = self;
+        Retry::fresh(policy, op, notify, when, rng)
+    }
+
+    /// Draws jitter from `rng`: a seeded generator makes a schedule
+    /// reproducible in tests. Never share one seed between processes in
+    /// production: identical jitter is no jitter.
+    pub fn with_rng<R2: RngCore>(self, rng: R2) -> Retry<F, Fut, N, W, R2> {
+        let Retry {
+            policy,
+            op,
+            notify,
+            when,
+            ..
+        } = self;
+        Retry::fresh(policy, op, notify, when, rng)
+    }
+}
+
+impl<F, Fut, N, W, R> Retry<F, Fut, N, W, R> {
+    fn fresh(policy: Policy, op: F, notify: N, when: W, rng: R) -> Self {
+        Retry {
+            policy,
+            op,
+            notify,
+            when,
+            rng,
+            attempt: 0,
+            start: None,
+            previous_delay: Duration::ZERO,
+            timer_role: TimerRole::None,
+            timer: None,
+            state: State::Idle,
+        }
+    }
+
+    /// Attempts started so far.
+    pub fn attempts(&self) -> u32 {
+        self.attempt
+    }
+
+    /// The policy this chain runs under.
+    pub fn policy(&self) -> &Policy {
+        &self.policy
+    }
+}
+
+impl<F, Fut, N, W, R> fmt::Debug for Retry<F, Fut, N, W, R> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Retry")
+            .field("policy", &self.policy)
+            .field("attempt", &self.attempt)
+            .field("start", &self.start)
+            .finish_non_exhaustive()
+    }
+}
+
+fn arm(mut timer: Pin<&mut Option<Sleep>>, at: Instant) {
+    match timer.as_mut().as_pin_mut() {
+        Some(sleep) => sleep.reset(at),
+        None => timer.set(Some(tokio::time::sleep_until(at))),
+    }
+}
+
+impl<F, Fut, T, E, N, W, R> Future for Retry<F, Fut, N, W, R>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, E>>,
+    E: From<Error>,
+    N: Notify<E>,
+    W: When<E>,
+    R: RngCore,
+{
+    type Output = Result<T, E>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let mut this = self.project();
+        loop {
+            match this.state.as_mut().project() {
+                StateProj::Idle => {
+                    *this.timer_role = TimerRole::None;
+                    let deadline = deadline::current();
+                    // Only a chain with a deadline or an attempt timeout pays
+                    // for a clock read before its first attempt.
+                    if deadline.is_some() || this.policy.attempt_timeout().is_some() {
+                        let now = Instant::now();
+                        this.start.get_or_insert(now);
+                        let mut until = this
+                            .policy
+                            .attempt_timeout()
+                            .map(|timeout| (now + timeout, TimerRole::AttemptTimeout(timeout)));
+                        if let Some(deadline) = deadline {
+                            if deadline <= now {
+                                let error = E::from(Error::DeadlineExceeded);
+                                this.notify.notify(&Event::GaveUp {
+                                    attempt: *this.attempt,
+                                    error: &error,
+                                    reason: GiveUp::Deadline,
+                                });
+                                this.state.set(State::Done);
+                                return Poll::Ready(Err(error));
+                            }
+                            if until.is_none_or(|(at, _)| deadline <= at) {
+                                until = Some((deadline, TimerRole::Deadline));
+                            }
+                        }
+                        if let Some((at, role)) = until {
+                            arm(this.timer.as_mut(), at);
+                            *this.timer_role = role;
+                        }
+                    }
+                    *this.attempt += 1;
+                    let fut = (this.op)();
+                    this.state.set(State::Running { fut });
+                }
+                StateProj::Running { fut } => {
+                    let result = match fut.poll(cx) {
+                        Poll::Ready(result) => result,
+                        Poll::Pending => {
+                            if this.start.is_none() {
+                                *this.start = Some(Instant::now());
+                            }
+                            let role = *this.timer_role;
+                            let expired = match this.timer.as_mut().as_pin_mut() {
+                                Some(timer) if role != TimerRole::None => timer.poll(cx).is_ready(),
+                                _ => false,
+                            };
+                            if !expired {
+                                return Poll::Pending;
+                            }
+                            match role {
+                                TimerRole::AttemptTimeout(timeout) => {
+                                    Err(E::from(Error::AttemptTimeout(timeout)))
+                                }
+                                _ => {
+                                    // The caller's deadline passed mid-attempt: permanent,
+                                    // whatever a custom classifier would say.
+                                    this.state.set(State::Done);
+                                    let error = E::from(Error::DeadlineExceeded);
+                                    this.notify.notify(&Event::GaveUp {
+                                        attempt: *this.attempt,
+                                        error: &error,
+                                        reason: GiveUp::Deadline,
+                                    });
+                                    return Poll::Ready(Err(error));
+                                }
+                            }
+                        }
+                    };
+                    let attempt = *this.attempt;
+                    let error = match result {
+                        Ok(value) => {
+                            this.state.set(State::Done);
+                            this.notify.notify(&Event::Success { attempt });
+                            return Poll::Ready(Ok(value));
+                        }
+                        Err(error) => error,
+                    };
+                    // Drop the finished attempt before pausing.
+                    this.state.set(State::Idle);
+                    let verdict = this.when.when(&error);
+                    let stop = if !verdict.is_retryable() {
+                        Some(GiveUp::Permanent)
+                    } else if attempt >= this.policy.max_attempts() {
+                        Some(GiveUp::Exhausted)
+                    } else {
+                        None
+                    };
+                    if let Some(reason) = stop {
+                        this.notify.notify(&Event::GaveUp {
+                            attempt,
+                            error: &error,
+                            reason,
+                        });
+                        this.state.set(State::Done);
+                        return Poll::Ready(Err(error));
+                    }
+
+                    let now = Instant::now();
+                    let start = *this.start.get_or_insert(now);
+                    let mut delay =
+                        this.policy
+                            .backoff()
+                            .delay(attempt - 1, *this.previous_delay, this.rng);
+                    *this.previous_delay = delay;
+                    if let Verdict::RetryAfter(asked) = verdict {
+                        delay = delay.max(asked);
+                    }
+                    let budget_left = this.policy.max_elapsed().saturating_sub(now - start);
+                    let deadline_left =
+                        deadline::current().map(|at| at.saturating_duration_since(now));
+                    if deadline_left.is_some_and(|left| left <= budget_left && delay >= left) {
+                        this.notify.notify(&Event::GaveUp {
+                            attempt,
+                            error: &error,
+                            reason: GiveUp::Deadline,
+                        });
+                        this.state.set(State::Done);
+                        return Poll::Ready(Err(E::from(Error::DeadlineExceeded)));
+                    }
+                    if delay >= budget_left {
+                        this.notify.notify(&Event::GaveUp {
+                            attempt,
+                            error: &error,
+                            reason: GiveUp::Elapsed,
+                        });
+                        this.state.set(State::Done);
+                        return Poll::Ready(Err(error));
+                    }
+                    this.notify.notify(&Event::Retry {
+                        attempt,
+                        delay,
+                        error: &error,
+                        verdict,
+                    });
+                    drop(error);
+                    arm(this.timer.as_mut(), now + delay);
+                    this.state.set(State::Pausing);
+                }
+                StateProj::Pausing => {
+                    if let Some(timer) = this.timer.as_mut().as_pin_mut() {
+                        ready!(timer.poll(cx));
+                    }
+                    this.state.set(State::Idle);
+                }
+                StateProj::Done => panic!("`Retry` polled after it completed"),
+            }
+        }
+    }
+}

@@ -1,0 +1,50 @@
+//! Retries with exponential backoff and jitter, bounded by attempts, by
+//! elapsed time and by the caller's deadline.
+//!
+//! The pieces, each in its own module:
+//!
+//! - [`Backoff`]: how long to pause (SPEC §1), with [`Jitter`] strategies;
+//! - [`Policy`]: a validated schedule plus the bounds of the whole chain,
+//!   with the presets `http`, `background` and `db_tx`;
+//! - [`Classify`]: the one source of truth on what may be retried (SPEC §2);
+//! - [`Retry`]: the executor, a future that runs an async operation under a
+//!   policy.
+//!
+//! ```
+//! use resilience_runtime::retry::{HttpStatus, Policy};
+//!
+//! # #[tokio::main(flavor = "current_thread", start_paused = true)] async fn main() {
+//! let mut responses = [502, 502, 200].into_iter();
+//! let status = Policy::http()
+//!     .retry(|| {
+//!         let status = responses.next().unwrap_or(200);
+//!         async move {
+//!             match status {
+//!                 200 => Ok(status),
+//!                 failed => Err(Failed(HttpStatus(failed))),
+//!             }
+//!         }
+//!     })
+//!     .await;
+//! assert_eq!(status.unwrap(), 200);
+//! # }
+//! # #[derive(Debug)] struct Failed(HttpStatus);
+//! # impl resilience_runtime::retry::Classify for Failed {
+//! #     fn classify(&self) -> resilience_runtime::retry::Verdict { self.0.classify() }
+//! # }
+//! # impl From<resilience_runtime::Error> for Failed {
+//! #     fn from(_: resilience_runtime::Error) -> Self { Failed(HttpStatus(504)) }
+//! # }
+//! ```
+
+mod backoff;
+mod classify;
+mod executor;
+mod policy;
+mod retry_after;
+
+pub use backoff::{Backoff, Delays, Growth, Jitter, MIN_JITTER};
+pub use classify::{Classify, HttpStatus, Reason, SqlState, Verdict};
+pub use executor::{ByClassify, Event, GiveUp, LazyRng, Notify, Quiet, Retry, When};
+pub use policy::{Policy, PolicyBuilder};
+pub use retry_after::{parse_retry_after, parse_retry_after_bytes};

@@ -1,0 +1,357 @@
+//! A validated retry policy: backoff plus the bounds of the whole chain.
+
+use std::time::Duration;
+
+use super::backoff::{Backoff, Jitter};
+use crate::error::ConfigError;
+
+/// What a retry chain may do: how many attempts, how long in all, how long
+/// one attempt, and how to pause between them.
+///
+/// A `Policy` is always valid: it comes from a preset or from
+/// [`PolicyBuilder::build`], which checks every rule of SPEC §1 and §4.
+/// Every chain is bounded twice, by attempts and by elapsed time.
+///
+/// # Default
+///
+/// [`Policy::http`]: 3 attempts, pauses of 100 ms ×2 capped at 2 s with
+/// ±25 % jitter, at most 5 s for the whole chain, no per-attempt timeout.
+///
+/// # Example
+///
+/// ```
+/// use resilience_runtime::retry::Policy;
+/// use std::time::Duration;
+///
+/// let policy = Policy::builder()
+///     .with_max_attempts(4)
+///     .with_attempt_timeout(Duration::from_millis(800))
+///     .build()?;
+/// assert_eq!(policy.max_attempts(), 4);
+/// assert_eq!(policy.max_elapsed(), Duration::from_secs(5));
+/// # Ok::<(), resilience_runtime::ConfigError>(())
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Policy {
+    backoff: Backoff,
+    max_attempts: u32,
+    max_elapsed: Duration,
+    attempt_timeout: Option<Duration>,
+}
+
+impl Default for Policy {
+    fn default() -> Self {
+        Self::http()
+    }
+}
+
+impl Policy {
+    /// Calls to another service over HTTP: 3 attempts, 100 ms ×2 up to
+    /// 2 s, ±25 %, 5 s in all.
+    pub const fn http() -> Self {
+        PolicyBuilder::http().build_unchecked()
+    }
+
+    /// Background consumers (queues, jobs) that have no caller waiting:
+    /// 5 retries after the first attempt (6 attempts), 500 ms ×2 up to
+    /// 30 s, ±25 %, 2 min in all. Hand what is still failing afterwards to
+    /// a dead-letter queue from the notify hook's
+    /// [`GiveUp::Exhausted`](super::GiveUp::Exhausted) event.
+    pub const fn background() -> Self {
+        PolicyBuilder::background().build_unchecked()
+    }
+
+    /// Retrying a whole database transaction on `40001`/`40P01`: 3
+    /// attempts, `10 ms · attempt²` plus up to 25 %, 5 s in all. Wrap the
+    /// transaction, never a call inside one (anti-pattern 4).
+    pub const fn db_tx() -> Self {
+        PolicyBuilder::db_tx().build_unchecked()
+    }
+
+    /// A builder starting from [`Policy::http`].
+    pub const fn builder() -> PolicyBuilder {
+        PolicyBuilder::http()
+    }
+
+    /// A builder starting from this policy, to override some of it.
+    pub const fn to_builder(&self) -> PolicyBuilder {
+        PolicyBuilder {
+            backoff: self.backoff,
+            max_attempts: self.max_attempts,
+            max_elapsed: self.max_elapsed,
+            attempt_timeout: self.attempt_timeout,
+        }
+    }
+
+    /// The pause schedule.
+    pub const fn backoff(&self) -> &Backoff {
+        &self.backoff
+    }
+
+    /// Attempts in all, the first one included (at least 1).
+    pub const fn max_attempts(&self) -> u32 {
+        self.max_attempts
+    }
+
+    /// The cap on the whole chain: attempts and pauses together.
+    pub const fn max_elapsed(&self) -> Duration {
+        self.max_elapsed
+    }
+
+    /// The cap on one attempt, if any. The caller's deadline shortens it
+    /// further when less time is left.
+    pub const fn attempt_timeout(&self) -> Option<Duration> {
+        self.attempt_timeout
+    }
+}
+
+/// Builds a [`Policy`]; every value is checked by [`build`](Self::build).
+#[derive(Debug, Clone, Copy, PartialEq)]
+#[must_use = "a builder does nothing until `build` is called"]
+pub struct PolicyBuilder {
+    backoff: Backoff,
+    max_attempts: u32,
+    max_elapsed: Duration,
+    attempt_timeout: Option<Duration>,
+}
+
+impl Default for PolicyBuilder {
+    fn default() -> Self {
+        Self::http()
+    }
+}
+
+impl PolicyBuilder {
+    /// The values of [`Policy::http`].
+    pub const fn http() -> Self {
+        Self {
+            backoff: Backoff::new(),
+            max_attempts: 3,
+            max_elapsed: Duration::from_secs(5),
+            attempt_timeout: None,
+        }
+    }
+
+    /// The values of [`Policy::background`].
+    pub const fn background() -> Self {
+        Self {
+            backoff: Backoff::background(),
+            max_attempts: 6,
+            max_elapsed: Duration::from_secs(120),
+            attempt_timeout: None,
+        }
+    }
+
+    /// The values of [`Policy::db_tx`].
+    pub const fn db_tx() -> Self {
+        Self {
+            backoff: Backoff::db_tx(),
+            max_attempts: 3,
+            max_elapsed: Duration::from_secs(5),
+            attempt_timeout: None,
+        }
+    }
+
+    /// Attempts in all, the first one included.
+    pub const fn with_max_attempts(mut self, max_attempts: u32) -> Self {
+        self.max_attempts = max_attempts;
+        self
+    }
+
+    /// The cap on the whole chain.
+    pub const fn with_max_elapsed(mut self, max_elapsed: Duration) -> Self {
+        self.max_elapsed = max_elapsed;
+        self
+    }
+
+    /// The cap on one attempt; must be shorter than `max_elapsed`.
+    pub const fn with_attempt_timeout(mut self, attempt_timeout: Duration) -> Self {
+        self.attempt_timeout = Some(attempt_timeout);
+        self
+    }
+
+    /// The whole pause schedule.
+    pub const fn with_backoff(mut self, backoff: Backoff) -> Self {
+        self.backoff = backoff;
+        self
+    }
+
+    /// The first pause; see [`Backoff::with_initial`].
+    pub const fn with_initial(mut self, initial: Duration) -> Self {
+        self.backoff = self.backoff.with_initial(initial);
+        self
+    }
+
+    /// The growth factor; see [`Backoff::with_multiplier`].
+    pub const fn with_multiplier(mut self, multiplier: f64) -> Self {
+        self.backoff = self.backoff.with_multiplier(multiplier);
+        self
+    }
+
+    /// The cap on one pause; see [`Backoff::with_max_interval`].
+    pub const fn with_max_interval(mut self, max_interval: Duration) -> Self {
+        self.backoff = self.backoff.with_max_interval(max_interval);
+        self
+    }
+
+    /// The randomization; see [`Jitter`].
+    pub const fn with_jitter(mut self, jitter: Jitter) -> Self {
+        self.backoff = self.backoff.with_jitter(jitter);
+        self
+    }
+
+    /// The pause schedule so far.
+    pub const fn backoff(&self) -> &Backoff {
+        &self.backoff
+    }
+
+    /// Attempts in all, as set so far.
+    pub const fn max_attempts(&self) -> u32 {
+        self.max_attempts
+    }
+
+    /// The cap on the whole chain, as set so far.
+    pub const fn max_elapsed(&self) -> Duration {
+        self.max_elapsed
+    }
+
+    /// The cap on one attempt, as set so far.
+    pub const fn attempt_timeout(&self) -> Option<Duration> {
+        self.attempt_timeout
+    }
+
+    /// Checks every rule and returns the policy, or the first broken rule
+    /// naming the field and its value.
+    pub fn build(self) -> Result<Policy, ConfigError> {
+        self.validate()
+            .map(|()| self.build_unchecked())
+            .map_err(|err| err.with_subject("retry policy"))
+    }
+
+    fn validate(&self) -> Result<(), ConfigError> {
+        const WHAT: &str = "retry policy";
+        if self.max_attempts == 0 {
+            return Err(ConfigError::new(
+                WHAT,
+                "max_attempts",
+                0,
+                "at least one attempt is needed; use 1 to disable retries",
+            ));
+        }
+        if self.max_elapsed.is_zero() {
+            return Err(ConfigError::new(
+                WHAT,
+                "max_elapsed",
+                "0s",
+                "every retry chain needs a time bound (zero means \"unbounded\" in some libraries, so it is refused here); the default is \"5s\"",
+            ));
+        }
+        if let Some(timeout) = self.attempt_timeout {
+            if timeout.is_zero() {
+                return Err(ConfigError::new(
+                    WHAT,
+                    "attempt_timeout",
+                    "0s",
+                    "an attempt needs some time to run",
+                ));
+            }
+            if timeout >= self.max_elapsed {
+                return Err(ConfigError::new(
+                    WHAT,
+                    "attempt_timeout",
+                    format!("{timeout:?}"),
+                    format!(
+                        "not shorter than `max_elapsed = {:?}`: a timed-out first attempt uses the whole budget and the second attempt can never run; make the attempt timeout a fraction of the budget",
+                        self.max_elapsed
+                    ),
+                ));
+            }
+        }
+        self.backoff.validate()
+    }
+
+    // For presets and for the macros, whose arguments were checked at compile time.
+    #[doc(hidden)]
+    pub const fn build_unchecked(self) -> Policy {
+        Policy {
+            backoff: self.backoff,
+            max_attempts: self.max_attempts,
+            max_elapsed: self.max_elapsed,
+            attempt_timeout: self.attempt_timeout,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn presets_are_valid_and_match_the_spec() {
+        for (policy, builder) in [
+            (Policy::http(), PolicyBuilder::http()),
+            (Policy::background(), PolicyBuilder::background()),
+            (Policy::db_tx(), PolicyBuilder::db_tx()),
+        ] {
+            assert_eq!(builder.build().unwrap(), policy);
+        }
+        let http = Policy::http();
+        assert_eq!(http.max_attempts(), 3);
+        assert_eq!(http.backoff().initial(), Duration::from_millis(100));
+        assert_eq!(http.backoff().multiplier(), 2.0);
+        assert_eq!(http.backoff().max_interval(), Duration::from_secs(2));
+        assert_eq!(http.backoff().jitter(), Jitter::Symmetric(0.25));
+        assert_eq!(http.max_elapsed(), Duration::from_secs(5));
+        assert_eq!(Policy::background().max_attempts(), 6);
+        assert_eq!(
+            Policy::background().backoff().max_interval(),
+            Duration::from_secs(30)
+        );
+    }
+
+    #[test]
+    fn unbounded_or_contradictory_policies_are_refused() {
+        let cases = [
+            (Policy::builder().with_max_attempts(0), "max_attempts", "0"),
+            (
+                Policy::builder().with_max_elapsed(Duration::ZERO),
+                "max_elapsed",
+                "0s",
+            ),
+            (
+                Policy::builder().with_attempt_timeout(Duration::ZERO),
+                "attempt_timeout",
+                "0s",
+            ),
+            (
+                Policy::builder().with_attempt_timeout(Duration::from_secs(5)),
+                "attempt_timeout",
+                "5s",
+            ),
+            (
+                Policy::builder().with_jitter(Jitter::Symmetric(0.0)),
+                "jitter",
+                "0",
+            ),
+            (
+                Policy::builder().with_initial(Duration::from_secs(3)),
+                "initial",
+                "3s",
+            ),
+            (Policy::builder().with_multiplier(0.9), "multiplier", "0.9"),
+        ];
+        for (builder, field, value) in cases {
+            let err = builder.build().unwrap_err();
+            assert_eq!((err.field(), err.value()), (field, value), "{err}");
+            assert_eq!(err.subject(), "retry policy");
+        }
+        let err = Policy::builder()
+            .with_attempt_timeout(Duration::from_secs(5))
+            .build()
+            .unwrap_err();
+        assert!(
+            err.to_string().contains("second attempt can never run"),
+            "{err}"
+        );
+    }
+}

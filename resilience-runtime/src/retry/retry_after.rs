@@ -1,0 +1,107 @@
+//! Parsing the `Retry-After` header.
+
+use std::time::{Duration, SystemTime};
+
+/// Parses a `Retry-After` header value: delta-seconds (`"120"`) or an
+/// HTTP-date (`"Wed, 21 Oct 2015 07:28:00 GMT"`, and the two obsolete
+/// forms HTTP still accepts), relative to `now`.
+///
+/// Returns `None` for anything else, so that a garbage header falls back to
+/// the plain backoff instead of failing the call. A date in the past gives
+/// `Some(Duration::ZERO)`.
+///
+/// ```
+/// use resilience_runtime::retry::parse_retry_after;
+/// use std::time::{Duration, SystemTime, UNIX_EPOCH};
+///
+/// let now = UNIX_EPOCH + Duration::from_secs(1_445_412_470);
+/// assert_eq!(parse_retry_after("7", now), Some(Duration::from_secs(7)));
+/// assert_eq!(
+///     parse_retry_after("Wed, 21 Oct 2015 07:28:00 GMT", now),
+///     Some(Duration::from_secs(10)),
+/// );
+/// assert_eq!(parse_retry_after("soon", now), None);
+/// ```
+pub fn parse_retry_after(value: &str, now: SystemTime) -> Option<Duration> {
+    let value = value.trim_matches(|c| c == ' ' || c == '\t');
+    if value.is_empty() {
+        return None;
+    }
+    if value.bytes().all(|b| b.is_ascii_digit()) {
+        // A number too large for u64 is not a delay anyone can honour.
+        return value.parse::<u64>().ok().map(Duration::from_secs);
+    }
+    let at = httpdate::parse_http_date(value).ok()?;
+    Some(at.duration_since(now).unwrap_or(Duration::ZERO))
+}
+
+/// [`parse_retry_after`] for raw header bytes; non-UTF-8 is garbage too.
+pub fn parse_retry_after_bytes(value: &[u8], now: SystemTime) -> Option<Duration> {
+    parse_retry_after(std::str::from_utf8(value).ok()?, now)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::UNIX_EPOCH;
+
+    fn now() -> SystemTime {
+        // Wed, 21 Oct 2015 07:27:50 GMT
+        UNIX_EPOCH + Duration::from_secs(1_445_412_470)
+    }
+
+    #[test]
+    fn delta_seconds() {
+        assert_eq!(parse_retry_after("0", now()), Some(Duration::ZERO));
+        assert_eq!(parse_retry_after("1", now()), Some(Duration::from_secs(1)));
+        assert_eq!(
+            parse_retry_after(" 120\t", now()),
+            Some(Duration::from_secs(120))
+        );
+    }
+
+    #[test]
+    fn http_dates_in_all_three_formats() {
+        let ten = Some(Duration::from_secs(10));
+        assert_eq!(
+            parse_retry_after("Wed, 21 Oct 2015 07:28:00 GMT", now()),
+            ten
+        );
+        assert_eq!(
+            parse_retry_after("Wednesday, 21-Oct-15 07:28:00 GMT", now()),
+            ten
+        );
+        assert_eq!(parse_retry_after("Wed Oct 21 07:28:00 2015", now()), ten);
+    }
+
+    #[test]
+    fn past_dates_mean_now() {
+        assert_eq!(
+            parse_retry_after("Wed, 21 Oct 2015 07:00:00 GMT", now()),
+            Some(Duration::ZERO)
+        );
+    }
+
+    #[test]
+    fn garbage_is_ignored() {
+        for garbage in [
+            "",
+            "   ",
+            "-1",
+            "1.5",
+            "+3",
+            "soon",
+            "10 seconds",
+            "99999999999999999999999",
+            "Wed, 32 Oct 2015 07:28:00 GMT",
+            "2015-10-21T07:28:00Z",
+        ] {
+            assert_eq!(parse_retry_after(garbage, now()), None, "{garbage:?}");
+        }
+        assert_eq!(parse_retry_after_bytes(b"\xff\xfe", now()), None);
+        assert_eq!(
+            parse_retry_after_bytes(b"3", now()),
+            Some(Duration::from_secs(3))
+        );
+    }
+}

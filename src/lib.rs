@@ -1,0 +1,6 @@
+//! Retries with exponential backoff and jitter, circuit breakers, deadlines
+//! and idempotency for async Rust.
+#![forbid(unsafe_code)]
+#![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
+
+pub use resilience_runtime::*;
