@@ -3,7 +3,8 @@
 //!
 //! - [`retry`]: backoff with jitter, the classifier, the retry executor;
 //! - [`deadline`]: the caller's deadline, scoped to a task;
-//! - [`idempotency`]: keys that make a retried POST safe.
+//! - [`idempotency`]: keys that make a retried POST safe;
+//! - [`telemetry`]: the metrics, spans and events of SPEC §7.
 //!
 //! Applications normally depend on the `resilience` facade crate, which
 //! re-exports this one together with the `#[retry]` and
@@ -15,6 +16,7 @@ pub mod deadline;
 mod error;
 pub mod idempotency;
 pub mod retry;
+pub mod telemetry;
 
 pub use error::{ConfigError, DependencyDown, Error};
 pub use idempotency::IdempotencyKey;
