@@ -36,9 +36,12 @@ impl From<Error> for ClientError {
 
 /// A scripted dependency: answers the next status of its script on each call
 /// (200 once the script is used up) and records when each call started.
+/// A scripted answer: a status and its `Retry-After`, if any.
+type Answer = (u16, Option<Duration>);
+
 #[derive(Clone, Default)]
 struct Script {
-    statuses: Rc<RefCell<Vec<(u16, Option<Duration>)>>>,
+    statuses: Rc<RefCell<Vec<Answer>>>,
     calls: Rc<RefCell<Vec<Instant>>>,
 }
 
@@ -141,8 +144,8 @@ async fn a_400_is_tried_once() {
 }
 
 impl Script {
-    fn call_owned(self) -> impl std::future::Future<Output = Result<u16, ClientError>> {
-        async move { self.call().await }
+    async fn call_owned(self) -> Result<u16, ClientError> {
+        self.call().await
     }
 }
 
