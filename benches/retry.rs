@@ -1,5 +1,6 @@
 //! The cost of the retry executor when the first attempt succeeds, against a
-//! direct call of the same async fn.
+//! direct call of the same async fn, and backon (the most used peer) around
+//! the same fn in the same run.
 //!
 //! `cargo bench --bench retry`
 
@@ -35,6 +36,11 @@ fn success_path(c: &mut Criterion) {
     let policy = Policy::http();
     group.bench_function("Policy::retry", |b| {
         b.iter(|| poll_once(black_box(policy).retry(|| get_user(black_box(7)))))
+    });
+    group.bench_function("backon (peer, same fn)", |b| {
+        use backon::Retryable;
+        let builder = backon::ExponentialBuilder::default().with_jitter();
+        b.iter(|| poll_once((|| get_user(black_box(7))).retry(black_box(builder))))
     });
     group.finish();
 }
