@@ -41,6 +41,7 @@ use crate::retry::Classify;
 /// assert_eq!(status.unwrap(), 200);
 /// # }
 /// ```
+#[inline]
 pub fn observe<Fut>(labels: Labels, call: Fut) -> Observed<Fut> {
     let span = tracing::info_span!(
         target: "resilience",
@@ -105,12 +106,16 @@ impl<Fut> fmt::Debug for Observed<Fut> {
     }
 }
 
+#[inline(always)]
 fn finish(span: &Span, labels: Labels, status: Status, start: Option<Instant>) {
-    span.record("status", status.as_str());
-    span.record(
-        "otel.status_code",
-        if status.is_ok() { "OK" } else { "ERROR" },
-    );
+    // `record` looks the field up by name even on a disabled span.
+    if !span.is_disabled() {
+        span.record("status", status.as_str());
+        span.record(
+            "otel.status_code",
+            if status.is_ok() { "OK" } else { "ERROR" },
+        );
+    }
     if let Some(start) = start {
         emit::histogram(
             REQUEST_DURATION_SECONDS,
@@ -138,7 +143,10 @@ where
                 Clock::Off
             };
         }
-        let output = ready!(this.call.poll(cx));
+        let output = {
+            let _quiet = emit::QuietScope::enter(matches!(this.clock, Clock::Off));
+            ready!(this.call.poll(cx))
+        };
         let start = match std::mem::replace(this.clock, Clock::Done) {
             Clock::Since(start) => Some(start),
             _ => None,

@@ -72,6 +72,7 @@ impl RetryMetrics {
         self.labels
     }
 
+    #[inline]
     fn attempt(&self, attempt: u32, result: AttemptResult) {
         emit::increment(
             RETRIES_TOTAL,
@@ -83,6 +84,7 @@ impl RetryMetrics {
         );
     }
 
+    #[inline]
     fn dependency_error(&self, reason: Option<Reason>) {
         if let Some(reason) = reason.filter(|r| *r != Reason::CircuitOpen) {
             emit::increment(
@@ -107,6 +109,7 @@ fn reason_str(reason: Option<Reason>) -> &'static str {
 }
 
 impl<E: Classify> Notify<E> for RetryMetrics {
+    #[inline]
     fn notify(&mut self, event: &Event<'_, E>) {
         // The executor reports a deadline that passed before attempt n + 1
         // could start under attempt n (0 before the first one): that attempt
