@@ -19,11 +19,11 @@ pub mod breaker;
 pub mod deadline;
 mod error;
 pub mod idempotency;
-
+pub mod registry;
 pub mod retry;
 
 pub use breaker::{BreakerConfig, CircuitBreaker};
 pub use error::{ConfigError, DependencyDown, Error};
-
 pub use idempotency::IdempotencyKey;
+pub use registry::Registry;
 pub use retry::{Classify, Policy, Verdict};

@@ -9,24 +9,40 @@
 //!
 //! ```
 //! use resilience_runtime::breaker::{BreakerConfig, CircuitBreaker, State};
-//! use resilience_runtime::retry::HttpStatus;
+//! use resilience_runtime::retry::{Classify, HttpStatus, Verdict};
 //!
-//! # #[tokio::main(flavor = "current_thread", start_paused = true)] async fn main() {
+//! #[derive(Debug)]
+//! enum ClientError {
+//!     Status(u16),
+//!     Resilience(resilience_runtime::Error),
+//! }
+//! # impl From<resilience_runtime::Error> for ClientError {
+//! #     fn from(err: resilience_runtime::Error) -> Self { ClientError::Resilience(err) }
+//! # }
+//! # impl Classify for ClientError {
+//! #     fn classify(&self) -> Verdict {
+//! #         match self {
+//! #             ClientError::Status(code) => HttpStatus(*code).classify(),
+//! #             ClientError::Resilience(err) => err.classify(),
+//! #         }
+//! #     }
+//! # }
+//!
+//! # #[tokio::main(flavor = "current_thread", start_paused = true)]
+//! # async fn main() -> Result<(), resilience_runtime::ConfigError> {
 //! let breaker = CircuitBreaker::new("user", BreakerConfig::new())?;
 //! for _ in 0..20 {
-//!     let _ = breaker.call(async { Err::<(), _>(Failed(HttpStatus(503))) }).await;
+//!     let _ = breaker.call(async { Err::<(), _>(ClientError::Status(503)) }).await;
 //! }
 //! assert_eq!(breaker.state(), State::Open);
-//! let err = breaker.call(async { Ok::<_, Failed>(()) }).await.unwrap_err();
-//! assert_eq!(err.0, HttpStatus(599)); // our `From<Error>` below
-//! # Ok::<(), resilience_runtime::ConfigError>(())
-//! # }
-//! # #[derive(Debug)] struct Failed(HttpStatus);
-//! # impl resilience_runtime::retry::Classify for Failed {
-//! #     fn classify(&self) -> resilience_runtime::retry::Verdict { self.0.classify() }
-//! # }
-//! # impl From<resilience_runtime::Error> for Failed {
-//! #     fn from(_: resilience_runtime::Error) -> Self { Failed(HttpStatus(599)) }
+//!
+//! // Open: rejected at once, the future is never polled.
+//! let err = breaker.call(async { Ok::<_, ClientError>(()) }).await.unwrap_err();
+//! assert_eq!(
+//!     format!("{err:?}"),
+//!     r#"Resilience(DependencyDown(DependencyDown { breaker: "user", state: "open" }))"#,
+//! );
+//! # Ok(())
 //! # }
 //! ```
 //!
