@@ -7,7 +7,8 @@
 //! - [`registry`]: named breakers and retry policies, configured at startup
 //!   from code and from a TOML file;
 //! - [`deadline`]: the caller's deadline, scoped to a task;
-//! - [`idempotency`]: keys that make a retried POST safe.
+//! - [`idempotency`]: keys that make a retried POST safe;
+//! - [`telemetry`]: the metrics, spans and events of SPEC §7.
 //!
 //! Applications normally depend on the `resilience` facade crate, which
 //! re-exports this one together with the `#[retry]` and
@@ -21,6 +22,7 @@ mod error;
 pub mod idempotency;
 pub mod registry;
 pub mod retry;
+pub mod telemetry;
 
 pub use breaker::{BreakerConfig, CircuitBreaker};
 pub use error::{ConfigError, DependencyDown, Error};
