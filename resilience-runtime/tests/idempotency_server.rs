@@ -70,6 +70,7 @@ impl Harness {
             .route("/flaky", post(flaky))
             .route("/slow", post(slow))
             .route("/big", post(big))
+            .route("/broken", post(broken))
             .with_state(handlers.clone())
             .layer(IdempotencyLayer::with_config(Arc::clone(&store), config));
         Self {
@@ -125,6 +126,31 @@ async fn slow(State(h): State<Handlers>) -> String {
 async fn big(State(h): State<Handlers>) -> Vec<u8> {
     h.calls.fetch_add(1, Ordering::SeqCst);
     vec![b'x'; 100]
+}
+
+/// A `201` whose body sends one chunk, then fails.
+async fn broken(State(h): State<Handlers>) -> Response {
+    h.calls.fetch_add(1, Ordering::SeqCst);
+    (StatusCode::CREATED, Body::new(FailsMidway(false))).into_response()
+}
+
+struct FailsMidway(bool);
+
+impl http_body::Body for FailsMidway {
+    type Data = Bytes;
+    type Error = std::io::Error;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<Bytes>, std::io::Error>>> {
+        let sent = std::mem::replace(&mut self.0, true);
+        std::task::Poll::Ready(Some(if sent {
+            Err(std::io::Error::other("database went away"))
+        } else {
+            Ok(http_body::Frame::data(Bytes::from_static(b"{\"id\":")))
+        }))
+    }
 }
 
 fn request(method: Method, path: &str, key: Option<&str>, body: &'static str) -> Request<Body> {
@@ -450,6 +476,29 @@ async fn a_response_over_the_storage_limit_is_delivered_once_then_refused() {
     let replay = h.send(post_req("/big", "k", "{}")).await;
     assert!(replay.replayed());
     assert_eq!(replay.body.len(), 100);
+}
+
+#[tokio::test]
+async fn a_response_body_failing_midway_keeps_the_key_so_the_work_is_not_redone() {
+    let h = Harness::new();
+    let first = h
+        .app
+        .clone()
+        .oneshot(post_req("/broken", "k", "{}"))
+        .await
+        .unwrap();
+    assert_eq!(first.status(), StatusCode::CREATED);
+    let err = first.into_body().collect().await.unwrap_err();
+    assert!(err.to_string().contains("database went away"), "{err}");
+
+    let retry = h.send(post_req("/broken", "k", "{}")).await;
+    retry.assert_error(409, "idempotency_response_not_stored");
+    assert!(
+        retry.body.contains("status 201") && retry.body.contains("body failed"),
+        "{}",
+        retry.body
+    );
+    assert_eq!(h.calls(), 1);
 }
 
 #[tokio::test]

@@ -294,6 +294,8 @@ where
         store: Some(Arc::clone(&store)),
         key: key.clone(),
         lease: lease.clone(),
+        answered: None,
+        ttl: config.ttl,
     };
     let response = match inner
         .call(Request::from_parts(parts, ReqBody::from(body)))
@@ -312,6 +314,7 @@ where
             .await;
         return Ok(Response::from_parts(parts, ResponseBody::inner(body)));
     }
+    guard.answered = Some(parts.status);
 
     match read_bounded(Box::pin(body), config.max_stored_body).await {
         Read::Complete { data, trailers } => {
@@ -346,8 +349,18 @@ where
             ))
         }
         Read::Failed { prefix, error } => {
-            tracing::warn!(%key, %error, "response body failed; key released");
-            guard.release("the response body failed").await;
+            // The handler's work is done (its status says so): releasing
+            // the key would let the retry do it twice.
+            tracing::warn!(
+                %key,
+                status = parts.status.as_u16(),
+                %error,
+                "response body failed: later requests with the key get 409",
+            );
+            let outcome = Outcome::BodyFailed {
+                status: parts.status,
+            };
+            guard.complete(&outcome, &config).await;
             Ok(Response::from_parts(
                 parts,
                 ResponseBody::buffered(prefix, None, Some(error)),
@@ -373,7 +386,19 @@ fn answer_existing<B>(
         Entry::Completed {
             outcome: Outcome::TooLarge { status, limit },
             ..
-        } => Rejection::NotStored { status, limit }.into_response(),
+        } => Rejection::NotStored {
+            status,
+            why: format!("exceeded {limit} bytes"),
+        }
+        .into_response(),
+        Entry::Completed {
+            outcome: Outcome::BodyFailed { status },
+            ..
+        } => Rejection::NotStored {
+            status,
+            why: "body failed while it was sent".into(),
+        }
+        .into_response(),
         Entry::Completed {
             outcome: Outcome::Response(stored),
             ..
@@ -445,13 +470,17 @@ where
     }
 }
 
-/// Frees the key if the request ends without completing it, including when
-/// the future is dropped (the client went away): the key must not stay
-/// locked until its lock ttl for a handler that no longer runs.
+/// Settles the key when the future is dropped (the client went away)
+/// before it did: a handler that had not answered frees the key, since it
+/// no longer runs and the key must not stay locked until its lock ttl; a
+/// handler that had answered a storable status did its work, so the key is
+/// completed as [`Outcome::BodyFailed`].
 struct LeaseGuard<St: IdempotencyStore> {
     store: Option<Arc<St>>,
     key: IdempotencyKey,
     lease: Lease,
+    answered: Option<StatusCode>,
+    ttl: std::time::Duration,
 }
 
 impl<St: IdempotencyStore> LeaseGuard<St> {
@@ -497,12 +526,24 @@ impl<St: IdempotencyStore> Drop for LeaseGuard<St> {
         let Some(store) = self.store.take() else {
             return;
         };
-        let (key, lease) = (self.key.clone(), self.lease.clone());
+        let (key, lease, answered, ttl) = (
+            self.key.clone(),
+            self.lease.clone(),
+            self.answered,
+            self.ttl,
+        );
         match tokio::runtime::Handle::try_current() {
             Ok(runtime) => {
                 runtime.spawn(async move {
-                    if let Err(err) = store.release(&key, &lease).await {
-                        tracing::error!(%key, error = %err, "idempotency key of a cancelled request not released; it stays locked until the lock ttl");
+                    let settled = match answered {
+                        None => store.release(&key, &lease).await,
+                        Some(status) => {
+                            let outcome = Outcome::BodyFailed { status };
+                            store.complete(&key, &lease, &outcome, ttl).await
+                        }
+                    };
+                    if let Err(err) = settled {
+                        tracing::error!(%key, error = %err, "idempotency key of a cancelled request not settled; it stays locked until the lock ttl");
                     }
                 });
             }

@@ -20,7 +20,7 @@
 //! | key seen, same request, completed | the stored response + `X-Idempotency-Replay: true` | no |
 //! | key seen, same request, still running | `409 idempotency_key_in_use` + `Retry-After: 1` | no |
 //! | key seen with another method, path, query or body | `422 idempotency_key_reused` | no |
-//! | key seen, response was over `max_stored_body` | `409 idempotency_response_not_stored` | no |
+//! | key seen, response was over `max_stored_body` or its body failed | `409 idempotency_response_not_stored` | no |
 //! | store unreachable or full | `503 idempotency_store_unavailable` + `Retry-After: 1` | no |
 //!
 //! The layer's own answers are JSON: `{"error": "<code>", "message": "…"}`.
@@ -31,10 +31,14 @@
 //!   per duplicate for as long as the handler runs; the client already
 //!   knows how to retry after `Retry-After`.
 //! - **Failures are not stored**: a status the client is expected to retry
-//!   (5xx, 408, 429; SPEC §2), an error of the inner service, a failing
-//!   response body, or a request cancelled before it completes frees the
-//!   key, so the client's retry runs the handler again. Other 4xx are
-//!   stored: the same request would fail the same way.
+//!   (5xx, 408, 429; SPEC §2), an error of the inner service, or a request
+//!   cancelled (its future dropped) before the handler answers frees the
+//!   key, so the client's retry runs the handler again. Other 4xx are stored: the same request
+//!   would fail the same way.
+//! - **A body that fails after a storable status** (2xx, 3xx, other 4xx),
+//!   or a request cancelled while the layer reads that body, means the work
+//!   is done but the response lost: the key is kept, and later requests get
+//!   `409 idempotency_response_not_stored` instead of a second execution.
 //! - **A response over `max_stored_body`** is still delivered in full to
 //!   its client, but only its status is recorded: later requests with the
 //!   key get `409 idempotency_response_not_stored` rather than a second

@@ -188,7 +188,8 @@ impl IdempotencyStore for RedisStore {
 /// - `I` in flight: the 16-byte lease token;
 /// - `R` response: status (u16), header count (u32), each header as name
 ///   length (u32), name, value length (u32), value; then the body;
-/// - `T` too large: status (u16), limit (u64).
+/// - `T` too large: status (u16), limit (u64);
+/// - `F` body failed: status (u16).
 ///
 /// Integers are big-endian. Comparing whole in-flight records compares
 /// leases, which is what the Lua scripts rely on.
@@ -230,6 +231,11 @@ mod codec {
                 let mut out = head(b'T', fingerprint, 10);
                 out.extend_from_slice(&status.as_u16().to_be_bytes());
                 out.extend_from_slice(&limit.to_be_bytes());
+                out
+            }
+            Outcome::BodyFailed { status } => {
+                let mut out = head(b'F', fingerprint, 2);
+                out.extend_from_slice(&status.as_u16().to_be_bytes());
                 out
             }
         }
@@ -293,6 +299,12 @@ mod codec {
                     outcome: Outcome::TooLarge { status, limit },
                 })
             }
+            b'F' => Ok(Entry::Completed {
+                fingerprint,
+                outcome: Outcome::BodyFailed {
+                    status: input.status()?,
+                },
+            }),
             _ => Err("unknown record tag"),
         }
     }
@@ -361,6 +373,9 @@ mod codec {
                 Outcome::TooLarge {
                     status: StatusCode::OK,
                     limit: 1 << 20,
+                },
+                Outcome::BodyFailed {
+                    status: StatusCode::ACCEPTED,
                 },
             ] {
                 assert_eq!(

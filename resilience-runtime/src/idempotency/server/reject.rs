@@ -16,7 +16,7 @@ pub(crate) enum Rejection {
     RequestUnreadable(String),
     KeyInUse,
     KeyReused,
-    NotStored { status: StatusCode, limit: u64 },
+    NotStored { status: StatusCode, why: String },
     StoreUnavailable,
 }
 
@@ -55,11 +55,11 @@ impl Rejection {
                 "idempotency_key_reused",
                 "this Idempotency-Key was used for a different request (method, path or body); use a new key for a new request".into(),
             ),
-            Rejection::NotStored { status, limit } => (
+            Rejection::NotStored { status, why } => (
                 StatusCode::CONFLICT,
                 "idempotency_response_not_stored",
                 format!(
-                    "the request with this Idempotency-Key was already processed (status {}), but its response exceeded {limit} bytes and was not kept; fetch the result instead of retrying",
+                    "the request with this Idempotency-Key was already processed (status {}), but its response {why} and was not kept; fetch the result instead of retrying",
                     status.as_u16()
                 ),
             ),

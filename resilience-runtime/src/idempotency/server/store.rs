@@ -166,6 +166,15 @@ pub enum Outcome {
         /// The body limit in force, in bytes.
         limit: u64,
     },
+    /// The handler answered `status`, a success or a business error, but
+    /// its body failed midway: its work is done, its response lost. Later
+    /// requests with the key are told so (`409
+    /// idempotency_response_not_stored`) rather than running the handler a
+    /// second time.
+    BodyFailed {
+        /// The status the handler answered.
+        status: StatusCode,
+    },
 }
 
 /// What a store holds for a key.
