@@ -3,7 +3,8 @@
 //!
 //! - [`retry`]: backoff with jitter, the classifier, the retry executor;
 //! - [`deadline`]: the caller's deadline, scoped to a task;
-//! - [`idempotency`]: keys that make a retried POST safe.
+//! - [`idempotency`]: keys that make a retried POST safe;
+//! - `http` (feature `reqwest`): the reqwest integration.
 //!
 //! Applications normally depend on the `resilience` facade crate, which
 //! re-exports this one together with the `#[retry]` and
@@ -13,6 +14,8 @@
 
 pub mod deadline;
 mod error;
+#[cfg(feature = "reqwest")]
+pub mod http;
 pub mod idempotency;
 pub mod retry;
 
