@@ -116,3 +116,20 @@ async fn unsafe_requests_are_refused_before_they_are_sent() {
     assert!(err.to_string().contains("is a stream"), "{err}");
     assert!(server.requests().is_empty());
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_single_attempt_sends_even_a_streaming_body() {
+    let server = FaultServer::start().await.unwrap();
+    let once = Policy::builder().with_max_attempts(1).build().unwrap();
+    let client = client(once);
+
+    let response = client
+        .put(server.url("/blob"))
+        .body(reqwest::Body::wrap(String::from("streamed")))
+        .send()
+        .await
+        .unwrap();
+
+    assert_eq!(response.status().as_u16(), 200);
+    assert_eq!(&server.requests_to("/blob")[0].body[..], b"streamed");
+}

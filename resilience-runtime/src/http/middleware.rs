@@ -34,7 +34,7 @@ use crate::retry::{Classify, Event, Policy, Reason, Verdict};
 /// use resilience_runtime::Policy;
 /// use resilience_runtime::http::ResilienceMiddleware;
 ///
-/// # async fn demo() -> reqwest_middleware::Result<()> {
+/// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
 /// let client = reqwest_middleware::ClientBuilder::new(reqwest::Client::new())
 ///     .with(ResilienceMiddleware::new("user-service", Policy::http()))
 ///     .build();
@@ -69,7 +69,7 @@ impl ResilienceMiddleware {
 enum Attempt {
     /// A response whose status the classifier rejects; kept unread, so that
     /// the last one can be returned as is.
-    Response(Response),
+    Response(Box<Response>),
     Middleware(reqwest_middleware::Error),
     Runtime(Error),
 }
@@ -107,6 +107,30 @@ impl Classify for Attempt {
     }
 }
 
+/// One attempt's response as the retry executor sees it.
+fn judge(outcome: reqwest_middleware::Result<Response>) -> Result<Response, Attempt> {
+    match outcome {
+        Ok(response) if classify_response(&response).is_retryable() => {
+            Err(Attempt::Response(Box::new(response)))
+        }
+        Ok(response) => Ok(response),
+        Err(err) => Err(Attempt::Middleware(err)),
+    }
+}
+
+/// Back to what a middleware returns: the last response as is, whatever
+/// its status.
+fn settle(outcome: Result<Response, Attempt>) -> reqwest_middleware::Result<Response> {
+    match outcome {
+        Ok(response) => Ok(response),
+        Err(Attempt::Response(response)) => Ok(*response),
+        Err(Attempt::Middleware(err)) => Err(err),
+        Err(Attempt::Runtime(err)) => Err(reqwest_middleware::Error::middleware(
+            HttpError::Resilience(err),
+        )),
+    }
+}
+
 #[async_trait::async_trait]
 impl Middleware for ResilienceMiddleware {
     async fn handle(
@@ -116,52 +140,43 @@ impl Middleware for ResilienceMiddleware {
         next: Next<'_>,
     ) -> reqwest_middleware::Result<Response> {
         if self.policy.max_attempts() <= 1 {
-            return next.run(request, extensions).await;
+            // One attempt: the request is sent as is, streaming body or not.
+            let once = async { judge(next.run(request, extensions).await) };
+            return settle(once.await);
         }
         check_retryable(&request).map_err(reqwest_middleware::Error::middleware)?;
-        let template = request;
         let name = self.name;
-        let (template, shared) = (&template, &*extensions);
-        let outcome = self
+        let (template, shared) = (&request, &*extensions);
+        let chain = self
             .policy
             .retry(|| {
                 let next = next.clone();
                 async move {
-                    let Some(request) = template.try_clone() else {
-                        // Checked by `check_retryable` before the first attempt.
-                        return Err(Attempt::Middleware(reqwest_middleware::Error::middleware(
+                    let request = template.try_clone().ok_or_else(|| {
+                        // Checked by `check_retryable` above.
+                        Attempt::Middleware(reqwest_middleware::Error::middleware(
                             HttpError::BodyNotReplayable {
                                 method: template.method().clone(),
                                 url: Box::new(template.url().clone()),
                             },
-                        )));
-                    };
+                        ))
+                    })?;
+                    // Each attempt gets the extensions as they came in; the
+                    // successful one's are handed back.
                     let mut extensions = shared.clone();
-                    match next.run(request, &mut extensions).await {
-                        Ok(response) if classify_response(&response).is_retryable() => {
-                            Err(Attempt::Response(response))
-                        }
-                        Ok(response) => Ok((response, extensions)),
-                        Err(err) => Err(Attempt::Middleware(err)),
-                    }
+                    let response = judge(next.run(request, &mut extensions).await)?;
+                    Ok((response, extensions))
                 }
             })
             .notify(|event: &Event<'_, Attempt>| {
                 if let Event::Retry { attempt, delay, .. } = event {
                     tracing::debug!(target: "resilience::http", name, attempt, ?delay, "retrying request");
                 }
-            })
-            .await;
-        match outcome {
-            Ok((response, used)) => {
-                extensions.extend(used);
-                Ok(response)
-            }
-            Err(Attempt::Response(response)) => Ok(response),
-            Err(Attempt::Middleware(err)) => Err(err),
-            Err(Attempt::Runtime(err)) => Err(reqwest_middleware::Error::middleware(
-                HttpError::Resilience(err),
-            )),
-        }
+            });
+        let outcome = chain.await;
+        settle(outcome.map(|(response, used)| {
+            extensions.extend(used);
+            response
+        }))
     }
 }
