@@ -8,7 +8,8 @@
 //!   from code and from a TOML file;
 //! - [`deadline`]: the caller's deadline, scoped to a task;
 //! - [`idempotency`]: keys that make a retried POST safe;
-//! - [`telemetry`]: the metrics, spans and events of SPEC §7.
+//! - [`telemetry`]: the metrics, spans and events of SPEC §7;
+//! - `http` (feature `reqwest`): the reqwest integration.
 //!
 //! Applications normally depend on the `resilience` facade crate, which
 //! re-exports this one together with the `#[retry]` and
@@ -19,6 +20,8 @@
 pub mod breaker;
 pub mod deadline;
 mod error;
+#[cfg(feature = "reqwest")]
+pub mod http;
 pub mod idempotency;
 pub mod registry;
 pub mod retry;
