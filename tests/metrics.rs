@@ -7,9 +7,12 @@
 mod common;
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use common::{FaultServer, Reply};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusRecorder};
+use resilience::breaker::{BreakerConfig, CircuitBreaker};
+use resilience::registry::Registry;
 use resilience::retry::{Classify, HttpStatus, Policy, Reason, Verdict};
 use resilience::telemetry::{self, Labels, RetryMetrics};
 
@@ -220,4 +223,128 @@ async fn retries_and_durations_as_prometheus_scrapes_them() {
     assert!((0.225..0.376).contains(&exhausted), "{exhausted}");
     assert_eq!(samples[&duration("bucket", "5xx", Some("0.1"))], 0.0);
     assert_eq!(samples[&duration("bucket", "5xx", Some("0.5"))], 1.0);
+}
+
+/// One logical call through the breaker, around the retry chain.
+async fn get_through(
+    breaker: &CircuitBreaker,
+    http: &reqwest::Client,
+    url: &str,
+) -> Result<String, ClientError> {
+    let attempt = || async {
+        let response = http
+            .get(url)
+            .send()
+            .await
+            .map_err(|_| ClientError::Transport)?;
+        match response.status().as_u16() {
+            200 => response.text().await.map_err(|_| ClientError::Transport),
+            code => Err(ClientError::Status(code)),
+        }
+    };
+    telemetry::observe(
+        USERS,
+        breaker.call(
+            Policy::http()
+                .retry(attempt)
+                .notify_with(RetryMetrics::new(USERS)),
+        ),
+    )
+    .await
+}
+
+fn state_gauge(samples: &BTreeMap<String, f64>) -> f64 {
+    samples["circuit_breaker_state{service=\"checkout\",target=\"users\"}"]
+}
+
+fn trips(samples: &BTreeMap<String, f64>) -> f64 {
+    samples["circuit_breaker_trips_total{service=\"checkout\",target=\"users\"}"]
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_breaker_trips_once_then_recovers_through_half_open() {
+    let recorder = prometheus();
+    let handle = recorder.handle();
+    let _local = metrics::set_default_local_recorder(&recorder);
+    let scrape = || parse(&handle.render()).0;
+
+    let registry = Registry::builder().service("checkout").build().unwrap();
+    assert_eq!(registry.service(), USERS.service());
+    let breaker = registry.breaker(
+        USERS.target(),
+        BreakerConfig::new()
+            .with_min_requests(2)
+            .with_failure_ratio(0.5)
+            .with_cooldown(Duration::from_secs(30)),
+    );
+    assert_eq!(state_gauge(&scrape()), 0.0);
+
+    let server = FaultServer::start().await.unwrap();
+    let http = reqwest::Client::new();
+    let url = server.url("/users/1");
+    server.script_statuses("/users/1", &[503, 503, 503, 502, 502, 502]);
+
+    // Two exhausted chains: 2 calls, 2 failures, the breaker trips.
+    for _ in 0..2 {
+        assert!(matches!(
+            get_through(breaker, &http, &url).await,
+            Err(ClientError::Status(_))
+        ));
+    }
+    let samples = scrape();
+    assert_eq!(state_gauge(&samples), 2.0);
+    assert_eq!(trips(&samples), 1.0);
+
+    // Open: rejected without a request, and without a retry.
+    assert!(matches!(
+        get_through(breaker, &http, &url).await,
+        Err(ClientError::Resilience(resilience::Error::DependencyDown(
+            _
+        )))
+    ));
+    assert_eq!(server.requests().len(), 6);
+
+    // After the cooldown one probe goes through; it is slow enough to be
+    // scraped while the breaker is half-open.
+    tokio::time::sleep(Duration::from_secs(31)).await;
+    server.script("/users/1", [Reply::Slow(Duration::from_secs(1))]);
+    let (probe, during) = tokio::join!(get_through(breaker, &http, &url), async {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        scrape()
+    });
+    assert_eq!(probe.unwrap(), "ok /users/1");
+    assert_eq!(state_gauge(&during), 1.0);
+
+    let samples = scrape();
+    assert_eq!(state_gauge(&samples), 0.0);
+    assert_eq!(trips(&samples), 1.0, "half-open → closed is not a trip");
+    let expected: BTreeMap<String, f64> = [
+        (retries("1", "retry"), 2.0),
+        (retries("2", "retry"), 2.0),
+        (retries("3", "exhausted"), 2.0),
+        (retries("1", "success"), 1.0),
+    ]
+    .into_iter()
+    .collect();
+    let got: BTreeMap<String, f64> = only(&samples, "http_client_retries_total")
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v))
+        .collect();
+    assert_eq!(got, expected);
+    assert_eq!(
+        only(&samples, "dependency_errors_total"),
+        [
+            (errors("5xx").as_str(), 6.0),
+            (errors("circuit_open").as_str(), 1.0)
+        ]
+        .into_iter()
+        .collect()
+    );
+    for (status, count) in [("5xx", 2.0), ("circuit_open", 1.0), ("ok", 1.0)] {
+        assert_eq!(samples[&duration("count", status, None)], count, "{status}");
+    }
+    // The rejection took no time; the probe took its second.
+    assert_eq!(samples[&duration("sum", "circuit_open", None)], 0.0);
+    assert_eq!(samples[&duration("bucket", "ok", Some("0.5"))], 0.0);
+    assert_eq!(samples[&duration("bucket", "ok", Some("2.5"))], 1.0);
 }

@@ -307,7 +307,7 @@ fn the_no_op_recorder_is_zero_sized() {
 
 #[test]
 fn breaker_transitions_set_the_gauge_and_count_trips() {
-    use BreakerState::*;
+    use crate::breaker::State::*;
     let recorder = DebuggingRecorder::new();
     let snapshotter = recorder.snapshotter();
     let _local = metrics::set_default_local_recorder(&recorder);
@@ -317,24 +317,31 @@ fn breaker_transitions_set_the_gauge_and_count_trips() {
     breaker_created(USER, Closed);
     assert_eq!(read(&snapshotter), series(&[(state, Value::Gauge(0.0))]));
 
-    breaker_transition(USER, Closed, Open);
+    breaker_transition(USER, Closed, Open, false);
     assert_eq!(
         read(&snapshotter),
         series(&[(state, Value::Gauge(2.0)), (trips, Value::Counter(1))])
     );
 
     // A failed probe reopens the breaker: not a new trip.
-    breaker_transition(USER, Open, HalfOpen);
-    breaker_transition(USER, HalfOpen, Open);
+    breaker_transition(USER, Open, HalfOpen, false);
+    breaker_transition(USER, HalfOpen, Open, false);
     assert_eq!(
         read(&snapshotter),
         series(&[(state, Value::Gauge(2.0)), (trips, Value::Counter(0))])
     );
 
-    breaker_transition(USER, Open, HalfOpen);
+    breaker_transition(USER, Open, HalfOpen, false);
     assert_eq!(read(&snapshotter)[state], Value::Gauge(1.0));
-    breaker_transition(USER, HalfOpen, Closed);
+    breaker_transition(USER, HalfOpen, Closed, false);
     assert_eq!(read(&snapshotter)[state], Value::Gauge(0.0));
+
+    // An operator's `force_open` is not a trip.
+    breaker_transition(USER, Closed, Open, true);
+    assert_eq!(
+        read(&snapshotter),
+        series(&[(state, Value::Gauge(2.0)), (trips, Value::Counter(0))])
+    );
 }
 
 #[test]
@@ -343,7 +350,7 @@ fn a_rejected_call_is_one_circuit_open_error() {
     let snapshotter = recorder.snapshotter();
     let _local = metrics::set_default_local_recorder(&recorder);
 
-    breaker_rejected(USER, BreakerState::Open);
+    breaker_rejected(USER);
     assert_eq!(
         read(&snapshotter),
         series(&[(&errors("circuit_open"), Value::Counter(1))])
@@ -397,7 +404,7 @@ fn describe_gives_units_and_help() {
     let _local = metrics::set_default_local_recorder(&recorder);
 
     describe();
-    breaker_rejected(USER, BreakerState::Open);
+    breaker_rejected(USER);
     let snapshot = snapshotter.snapshot().into_vec();
     let (_, unit, help, _) = &snapshot[0];
     assert_eq!(*unit, Some(metrics::Unit::Count));
