@@ -2,8 +2,9 @@
 //! metrics as Prometheus text on `/metrics`.
 //!
 //! `cargo run --example metrics` plays a bounded scenario (recoveries,
-//! exhausted retries, a bad request, a dropped connection), prints what
-//! Prometheus would scrape, and exits. `cargo run --example metrics --
+//! exhausted retries, a bad request, a dropped connection, then an outage
+//! that trips the circuit breaker and its recovery), prints what Prometheus
+//! would scrape, and exits. `cargo run --example metrics --
 //! --serve` keeps playing it and serving `/metrics` until interrupted, to
 //! point a real Prometheus at it; `--listen 127.0.0.1:9464` fixes the
 //! address (default: a free port on 127.0.0.1).
@@ -17,11 +18,15 @@ use axum::Router;
 use axum::routing::get;
 use common::{FaultServer, Reply};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+use resilience::breaker::{BreakerConfig, CircuitBreaker};
+use resilience::registry::{self, Registry};
 use resilience::retry::{Classify, HttpStatus, Policy, Reason, Verdict};
 use resilience::telemetry::{self, Labels, RetryMetrics};
 
-/// The service name (`service` label) and the dependency (`target`).
-const USERS: Labels = Labels::new("example", "users");
+/// The dependency: the `target` label, and the breaker's name.
+const USERS: &str = "users";
+/// The breaker's cooldown, short for the demo (SPEC default: 30 s).
+const COOLDOWN: Duration = Duration::from_millis(500);
 
 #[derive(Debug)]
 enum ClientError {
@@ -59,10 +64,13 @@ impl Classify for ClientError {
 struct UserClient {
     http: reqwest::Client,
     base: String,
+    labels: Labels,
+    breaker: &'static CircuitBreaker,
 }
 
 impl UserClient {
-    /// One logical call: a span, its duration, and up to 3 attempts.
+    /// One logical call: a span and its duration, around the breaker,
+    /// around up to 3 attempts (SPEC §5 layer order).
     async fn get_user(&self, id: u64) -> Result<String, ClientError> {
         let url = format!("{}/users/{id}", self.base);
         let attempt = || async {
@@ -78,10 +86,12 @@ impl UserClient {
             }
         };
         telemetry::observe(
-            USERS,
-            Policy::http()
-                .retry(attempt)
-                .notify_with(RetryMetrics::new(USERS)),
+            self.labels,
+            self.breaker.call(
+                Policy::http()
+                    .retry(attempt)
+                    .notify_with(RetryMetrics::new(self.labels)),
+            ),
         )
         .await
     }
@@ -93,15 +103,26 @@ fn script(server: &FaultServer) {
     server.script_statuses("/users/2", &[503, 503, 503]);
     server.script_statuses("/users/3", &[404]);
     server.script("/users/4", [Reply::DropMidBody, Reply::Ok]);
+    // An outage: users 5 and 6 exhaust their retries and trip the breaker.
+    server.script_statuses("/users/5", &[503, 503, 503]);
+    server.script_statuses("/users/6", &[503, 503, 503]);
+}
+
+async fn fetch(client: &UserClient, id: u64) {
+    match client.get_user(id).await {
+        Ok(user) => println!("user {id}: {user}"),
+        Err(err) => println!("user {id}: failed: {err:?}"),
+    }
 }
 
 async fn play(client: &UserClient) {
-    for id in 1..=4 {
-        match client.get_user(id).await {
-            Ok(user) => println!("user {id}: {user}"),
-            Err(err) => println!("user {id}: failed: {err:?}"),
-        }
+    for id in 1..=6 {
+        fetch(client, id).await;
     }
+    // Rejected at once while open; after the cooldown one probe closes it.
+    fetch(client, 7).await;
+    tokio::time::sleep(COOLDOWN + Duration::from_millis(100)).await;
+    fetch(client, 7).await;
 }
 
 fn recorder() -> Result<PrometheusHandle, Box<dyn std::error::Error>> {
@@ -171,6 +192,9 @@ fn args() -> Result<Args, String> {
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args = args()?;
+    // `service` comes from the startup configuration (or the file named by
+    // RESILIENCE_CONFIG); the breaker from the registry, by name.
+    let registry = Registry::builder().service("example").install()?;
     let handle = recorder()?;
     let metrics_addr = serve_metrics(handle, args.listen).await?;
     println!("Prometheus metrics on http://{metrics_addr}/metrics\n");
@@ -179,14 +203,28 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let client = UserClient {
         http: reqwest::Client::new(),
         base: server.url(""),
+        labels: Labels::of(USERS),
+        breaker: registry.breaker(
+            USERS,
+            BreakerConfig::new()
+                .with_min_requests(4)
+                .with_failure_ratio(0.5)
+                .with_cooldown(COOLDOWN),
+        ),
     };
+    debug_assert!(std::ptr::eq(registry, registry::global()));
+    // Each change is also a WARN event through `tracing` and the
+    // `circuit_breaker_state` gauge; the hook prints it for the demo.
+    client
+        .breaker
+        .on_state_change(|name, from, to| println!("  breaker `{name}`: {from} -> {to}"));
     loop {
         script(&server);
         play(&client).await;
         if !args.serve {
             break;
         }
-        tokio::time::sleep(Duration::from_secs(1)).await;
+        tokio::time::sleep(Duration::from_secs(5)).await;
     }
 
     // Scrape ourselves, as Prometheus would.
