@@ -2,8 +2,14 @@
 //! everything that runs when a protected call runs.
 //!
 //! - [`retry`]: backoff with jitter, the classifier, the retry executor;
+//! - [`breaker`]: circuit breakers that stop calling a dependency that is
+//!   down;
+//! - [`registry`]: named breakers and retry policies, configured at startup
+//!   from code and from a TOML file;
 //! - [`deadline`]: the caller's deadline, scoped to a task;
-//! - [`idempotency`]: keys that make a retried POST safe.
+//! - [`idempotency`]: keys that make a retried POST safe;
+//! - [`telemetry`]: the metrics, spans and events of SPEC §7;
+//! - `http` (feature `reqwest`): the reqwest integration.
 //!
 //! Applications normally depend on the `resilience` facade crate, which
 //! re-exports this one together with the `#[retry]` and
@@ -11,11 +17,18 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 
+pub mod breaker;
 pub mod deadline;
 mod error;
+#[cfg(feature = "reqwest")]
+pub mod http;
 pub mod idempotency;
+pub mod registry;
 pub mod retry;
+pub mod telemetry;
 
+pub use breaker::{BreakerConfig, CircuitBreaker};
 pub use error::{ConfigError, DependencyDown, Error};
 pub use idempotency::IdempotencyKey;
+pub use registry::Registry;
 pub use retry::{Classify, Policy, Verdict};
