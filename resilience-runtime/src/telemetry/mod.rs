@@ -91,7 +91,7 @@ mod retries;
 mod tests;
 
 pub(crate) use breaker::{breaker_created, breaker_rejected, breaker_transition};
-pub use call::{Observed, observe};
+pub use call::{CallScope, Entered, Observed, observe};
 pub use emit::{describe, recorder_installed};
 pub use labels::{AttemptResult, Fallback, Labels, Status, attempt_label, fallback};
 pub use retries::RetryMetrics;
