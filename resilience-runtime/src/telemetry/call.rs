@@ -1,5 +1,6 @@
 //! One logical call: its span and its duration.
 
+use std::cell::{Cell, OnceCell};
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
@@ -9,8 +10,8 @@ use pin_project_lite::pin_project;
 use tokio::time::Instant;
 use tracing::Span;
 
-use super::{Labels, REQUEST_DURATION_SECONDS, Status, emit};
-use crate::retry::Classify;
+use super::{Labels, REQUEST_DURATION_SECONDS, RetryMetrics, Status, emit};
+use crate::retry::{Classify, Event, Reason};
 
 /// Runs `call`, one logical call to `labels.target()` (all its attempts and
 /// pauses), inside a `resilience.call` span, and records its wall time in
@@ -41,6 +42,8 @@ use crate::retry::Classify;
 /// assert_eq!(status.unwrap(), 200);
 /// # }
 /// ```
+/// Inside another observed call on the same thread, it is part of that
+/// call: no second span, no second duration (see [`CallScope`]).
 #[inline]
 pub fn observe<Fut>(labels: Labels, call: Fut) -> Observed<Fut> {
     Observed {
@@ -55,19 +58,32 @@ enum Clock {
     /// No recorder: nothing to time.
     Off,
     Since(Instant),
+    /// Inside another observed call, which owns the span and the clock.
+    Nested,
     Done,
 }
 
-/// The span and the clock of one logical call, for code that drives its
-/// attempts itself rather than through [`observe`] (the macros' expansion
-/// does): [`enter`](Self::enter) around every poll of the call,
-/// [`finish`](Self::finish) with its outcome. Dropped unfinished after it
+std::thread_local! {
+    /// The labels of the observed call being polled on this thread, if any.
+    static CURRENT: Cell<Option<Labels>> = const { Cell::new(None) };
+}
+
+/// The span, the clock and the attempt metrics of one logical call, for
+/// code that drives its attempts itself rather than through [`observe`]
+/// (the macros' expansion does): [`enter`](Self::enter) around every poll
+/// of the call, [`attempt`](Self::attempt) with each attempt's outcome,
+/// [`finish`](Self::finish) with the call's. Dropped unfinished after it
 /// was entered, it records the call as `cancelled`.
+///
+/// A scope first entered while another one is entered on the same thread
+/// (a `#[retry]` fn under a `#[circuit_breaker]`, an `observe` around an
+/// annotated fn) is the same logical call: it opens no span, records no
+/// duration, and counts its attempts under the outer call's labels.
 ///
 /// ```
 /// use resilience_runtime::telemetry::{CallScope, Labels, Status};
 ///
-/// let mut scope = CallScope::new(Labels::new("checkout", "user"));
+/// let scope = CallScope::new(Labels::new("checkout", "user"));
 /// {
 ///     let _entered = scope.enter();
 ///     // … poll the attempt; its events land in the call's span …
@@ -75,18 +91,36 @@ enum Clock {
 /// scope.finish(Status::Ok);
 /// ```
 pub struct CallScope {
-    span: Span,
-    labels: Labels,
-    clock: Clock,
+    span: OnceCell<Span>,
+    labels: Cell<Labels>,
+    clock: Cell<Clock>,
+    attempts: Cell<RetryMetrics>,
 }
 
 impl CallScope {
-    /// A call to `labels.target()` about to start: creates its
-    /// `resilience.call` span; the clock starts at the first
-    /// [`enter`](Self::enter).
+    /// A call to `labels.target()` about to start. Its `resilience.call`
+    /// span opens and its clock starts at the first [`enter`](Self::enter).
     #[inline]
     pub fn new(labels: Labels) -> Self {
-        let span = tracing::info_span!(
+        Self {
+            span: OnceCell::new(),
+            labels: Cell::new(labels),
+            clock: Cell::new(Clock::Unpolled),
+            attempts: Cell::new(RetryMetrics::new(labels)),
+        }
+    }
+
+    #[cold]
+    fn start(&self) -> Clock {
+        if let Some(outer) = CURRENT.get() {
+            self.labels.set(outer);
+            self.attempts.set(RetryMetrics::new(outer));
+            let _ = self.span.set(Span::none());
+            self.clock.set(Clock::Nested);
+            return Clock::Nested;
+        }
+        let labels = self.labels.get();
+        let _ = self.span.set(tracing::info_span!(
             target: "resilience",
             "resilience.call",
             service = labels.service(),
@@ -94,51 +128,68 @@ impl CallScope {
             otel.kind = "client",
             status = tracing::field::Empty,
             otel.status_code = tracing::field::Empty,
-        );
-        Self {
-            span,
-            labels,
-            clock: Clock::Unpolled,
-        }
+        ));
+        let clock = if emit::recorder_installed() {
+            Clock::Since(Instant::now())
+        } else {
+            Clock::Off
+        };
+        self.clock.set(clock);
+        clock
     }
 
     /// Enters the call's span until the guard drops (hold it across one
-    /// poll, never across an `.await`), starting the clock the first time.
+    /// poll, never across an `.await`); the first time, opens the span and
+    /// starts the clock.
     #[inline]
-    pub fn enter(&mut self) -> Entered<'_> {
-        if let Clock::Unpolled = self.clock {
-            self.clock = if emit::recorder_installed() {
-                Clock::Since(Instant::now())
-            } else {
-                Clock::Off
-            };
+    pub fn enter(&self) -> Entered<'_> {
+        let clock = match self.clock.get() {
+            Clock::Unpolled => self.start(),
+            clock => clock,
+        };
+        match (clock, self.span.get()) {
+            (Clock::Nested, _) | (_, None) => Entered {
+                _quiet: emit::QuietScope::enter(false),
+                current: None,
+                _span: None,
+            },
+            (clock, Some(span)) => Entered {
+                _quiet: emit::QuietScope::enter(matches!(clock, Clock::Off)),
+                current: Some(CURRENT.replace(Some(self.labels.get()))),
+                _span: Some(span.enter()),
+            },
         }
-        Entered {
-            _quiet: emit::QuietScope::enter(matches!(self.clock, Clock::Off)),
-            _span: self.span.enter(),
-        }
+    }
+
+    /// Records one attempt's outcome (see [`RetryMetrics`]), asking
+    /// `reason` why a failed attempt failed.
+    #[inline]
+    pub fn attempt<E>(&self, event: &Event<'_, E>, reason: impl Fn(&E) -> Option<Reason>) {
+        let mut attempts = self.attempts.get();
+        attempts.record(event, reason);
+        self.attempts.set(attempts);
     }
 
     /// Records the outcome: `status` on the span, and the wall time since
     /// the first [`enter`](Self::enter) in
     /// `http_client_request_duration_seconds`. Only the first call counts.
     #[inline]
-    pub fn finish(&mut self, status: Status) {
+    pub fn finish(&self, status: Status) {
         self.finish_inline(status)
     }
 
     // Inlined into `Observed::poll`, whose success path it is.
     #[inline(always)]
-    fn finish_inline(&mut self, status: Status) {
-        let start = match std::mem::replace(&mut self.clock, Clock::Done) {
-            Clock::Done => return,
+    fn finish_inline(&self, status: Status) {
+        let start = match self.clock.replace(Clock::Done) {
+            Clock::Done | Clock::Nested => return,
             Clock::Since(start) => Some(start),
             Clock::Unpolled | Clock::Off => None,
         };
         // `record` looks the field up by name even on a disabled span.
-        if !self.span.is_disabled() {
-            self.span.record("status", status.as_str());
-            self.span.record(
+        if let Some(span) = self.span.get().filter(|span| !span.is_disabled()) {
+            span.record("status", status.as_str());
+            span.record(
                 "otel.status_code",
                 if status.is_ok() { "OK" } else { "ERROR" },
             );
@@ -146,27 +197,30 @@ impl CallScope {
         if let Some(start) = start {
             emit::histogram(
                 REQUEST_DURATION_SECONDS,
-                self.labels,
+                self.labels.get(),
                 &[("status", status.as_str())],
                 start.elapsed().as_secs_f64(),
             );
         }
     }
 
-    /// The call's span, e.g. to record more fields on it.
+    /// The call's span: disabled until the first [`enter`](Self::enter),
+    /// and for a nested call.
     pub fn span(&self) -> &Span {
-        &self.span
+        static NONE: Span = Span::none();
+        self.span.get().unwrap_or(&NONE)
     }
 
-    /// The labels of the call.
+    /// The labels the call records under: its own, or the outer call's
+    /// once it found itself nested.
     pub fn labels(&self) -> Labels {
-        self.labels
+        self.labels.get()
     }
 }
 
 impl Drop for CallScope {
     fn drop(&mut self) {
-        if let Clock::Since(_) = self.clock {
+        if let Clock::Since(_) = self.clock.get() {
             self.finish(Status::Cancelled);
         }
     }
@@ -175,8 +229,8 @@ impl Drop for CallScope {
 impl fmt::Debug for CallScope {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("CallScope")
-            .field("labels", &self.labels)
-            .field("span", &self.span)
+            .field("labels", &self.labels.get())
+            .field("span", self.span())
             .finish_non_exhaustive()
     }
 }
@@ -184,9 +238,19 @@ impl fmt::Debug for CallScope {
 /// A [`CallScope`] entered for one poll; see [`CallScope::enter`].
 #[must_use = "the scope is left when the guard drops"]
 pub struct Entered<'a> {
-    // Dropped in this order: the span is left last.
     _quiet: emit::QuietScope,
-    _span: tracing::span::Entered<'a>,
+    /// The labels to restore as current on drop.
+    current: Option<Option<Labels>>,
+    _span: Option<tracing::span::Entered<'a>>,
+}
+
+impl Drop for Entered<'_> {
+    #[inline]
+    fn drop(&mut self) {
+        if let Some(previous) = self.current {
+            CURRENT.set(previous);
+        }
+    }
 }
 
 impl fmt::Debug for Entered<'_> {

@@ -52,7 +52,7 @@ use super::{AttemptResult, DEPENDENCY_ERRORS_TOTAL, Labels, RETRIES_TOTAL, attem
 /// assert_eq!(user.unwrap(), "ann");
 /// # }
 /// ```
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Copy)]
 pub struct RetryMetrics {
     labels: Labels,
     last_attempt: u32,

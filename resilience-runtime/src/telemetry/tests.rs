@@ -621,3 +621,76 @@ fn breaker_state_changes_are_warnings_naming_the_breaker() {
         );
     }
 }
+
+#[tokio::test(start_paused = true)]
+async fn an_observed_call_inside_another_is_the_same_logical_call() {
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    let _local = metrics::set_default_local_recorder(&recorder);
+    const INNER: Labels = Labels::new("checkout", "get_user");
+
+    // An outer call (the breaker's) around an inner one (the retry chain's).
+    let mut statuses = [502, 200].into_iter();
+    let result = observe(
+        USER,
+        observe(
+            INNER,
+            Policy::http()
+                .retry(move || {
+                    let status = statuses.next().unwrap_or(200);
+                    async move {
+                        match status {
+                            200 => Ok(status),
+                            failed => Err(Failed::Status(failed)),
+                        }
+                    }
+                })
+                .notify_with(RetryMetrics::new(USER)),
+        ),
+    )
+    .await;
+    assert_eq!(result.unwrap(), 200);
+
+    let mut read = read(&snapshotter);
+    single_duration(&read, "ok");
+    read.remove(&duration("ok"));
+    assert_eq!(
+        read,
+        series(&[
+            (&retries("1", "retry"), Value::Counter(1)),
+            (&retries("2", "success"), Value::Counter(1)),
+            (&errors("5xx"), Value::Counter(1)),
+        ]),
+        "one duration, under the outer call's labels"
+    );
+}
+
+#[test]
+fn a_nested_scope_opens_no_span_and_takes_the_outer_labels() {
+    let collector = traces::Collector::default();
+    tracing::subscriber::with_default(collector.clone(), || {
+        let outer = CallScope::new(USER);
+        let inner = CallScope::new(Labels::new("checkout", "get_user"));
+        {
+            let _outer = outer.enter();
+            let _inner = inner.enter();
+            let success: crate::retry::Event<'_, Failed> =
+                crate::retry::Event::Success { attempt: 1 };
+            inner.attempt(&success, |_| None);
+        }
+        assert_eq!(inner.labels(), USER);
+        assert!(inner.span().is_disabled());
+        inner.finish(Status::Ok);
+        outer.finish(Status::Ok);
+        // Entered again after the outer call: still the same (nested) call.
+        let _again = inner.enter();
+    });
+    assert_eq!(collector.span_count(), 1);
+    let events = collector.events();
+    assert_eq!(events.len(), 1);
+    assert_eq!(
+        events[0].span,
+        Some(1),
+        "the inner attempt is in the outer span"
+    );
+}
