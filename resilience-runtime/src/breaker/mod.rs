@@ -308,13 +308,22 @@ impl CircuitBreaker {
         if word.needs_clock() {
             inner.maintain(inner.now());
         }
-        let word = Word(inner.state.0.load(Acquire));
-        match word.kind() {
-            CLOSED => Ok(Admission::Closed),
-            HALF_OPEN if inner.try_probe(word.generation()) => {
-                Ok(Admission::Probe(word.generation()))
-            }
-            _ => Err(self.reject(word)),
+        loop {
+            let word = Word(inner.state.0.load(Acquire));
+            let generation = word.generation();
+            return match word.kind() {
+                CLOSED => Ok(Admission::Closed),
+                HALF_OPEN if inner.try_probe(generation) => {
+                    if Word(inner.state.0.load(Acquire)).generation() != generation {
+                        // That half-open period ended while we took its slot:
+                        // give it back and look again.
+                        inner.settle_probe(generation, None);
+                        continue;
+                    }
+                    Ok(Admission::Probe(generation))
+                }
+                _ => Err(self.reject(word)),
+            };
         }
     }
 
@@ -531,6 +540,15 @@ impl Inner {
     /// Frees a probe's slot; `Some(success)` when it completed, `None` when
     /// it was cancelled. Probes of an earlier half-open period are ignored.
     fn settle_probe(&self, generation: u32, success: Option<bool>) {
+        let half_open = |word: Word| word.kind() == HALF_OPEN && word.generation() == generation;
+        if success == Some(false) {
+            // Open before the slot is freed, so that no call takes the slot
+            // of a failed probe while still half-open.
+            let word = Word(self.state.0.load(Acquire));
+            if half_open(word) {
+                self.transition(word, OPEN, false, self.now());
+            }
+        }
         let mut current = Probes(self.probes.load(Acquire));
         let after = loop {
             if current.generation() != generation || current.in_flight() == 0 {
@@ -547,17 +565,11 @@ impl Inner {
             }
         };
         let word = Word(self.state.0.load(Acquire));
-        if word.kind() != HALF_OPEN || word.generation() != generation {
-            return;
-        }
-        match success {
-            Some(true) if u32::from(after.successes()) >= self.config.half_open() => {
-                self.transition(word, CLOSED, false, 0);
-            }
-            Some(false) => {
-                self.transition(word, OPEN, false, self.now());
-            }
-            _ => {}
+        if success == Some(true)
+            && half_open(word)
+            && u32::from(after.successes()) >= self.config.half_open()
+        {
+            self.transition(word, CLOSED, false, 0);
         }
     }
 
