@@ -76,7 +76,7 @@ fn concurrent_probe_outcomes_lose_no_transition() {
                 // No third probe, whatever the interleaving: a permit now is
                 // a closed one, after the reset.
                 if let Ok(permit) = b.try_acquire() {
-                    assert_eq!(permit.admission, Some(Admission::Closed));
+                    assert_eq!(Admission::unpack(permit.admission), Some(Admission::Closed));
                 }
             })
         };

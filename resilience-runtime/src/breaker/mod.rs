@@ -164,6 +164,31 @@ enum Admission {
     Probe(u32),
 }
 
+// A permit keeps its admission in one word, written and read whole: two
+// half-word stores read back as one word stall the store buffer, which cost
+// more than the rest of the closed path together.
+const TAKEN: u64 = u64::MAX;
+/// A [`Call`] not polled yet.
+const IDLE: u64 = u64::MAX - 1;
+const PROBE: u64 = 1 << 32;
+
+impl Admission {
+    const fn pack(self) -> u64 {
+        match self {
+            Admission::Closed => 0,
+            Admission::Probe(generation) => PROBE | generation as u64,
+        }
+    }
+
+    const fn unpack(word: u64) -> Option<Admission> {
+        match word {
+            TAKEN | IDLE => None,
+            0 => Some(Admission::Closed),
+            probe => Some(Admission::Probe(probe as u32)),
+        }
+    }
+}
+
 /// What became of a call; every one passes through
 /// [`CircuitBreaker::on_outcome`].
 #[derive(Debug, Clone, Copy)]
@@ -253,10 +278,12 @@ impl CircuitBreaker {
         W: When<E>,
     {
         Call {
-            breaker: self,
-            permit: None,
+            permit: Permit {
+                breaker: self,
+                admission: IDLE,
+                started: 0,
+            },
             when,
-            done: false,
             fut,
         }
     }
@@ -276,13 +303,13 @@ impl CircuitBreaker {
     /// ```
     #[inline]
     pub fn try_acquire(&self) -> Result<Permit<'_>, DependencyDown> {
-        let admission = self.admit()?;
-        let started = self.inner.config.slow_call().map(|_| self.inner.now());
-        Ok(Permit {
+        let mut permit = Permit {
             breaker: self,
-            admission: Some(admission),
-            started,
-        })
+            admission: IDLE,
+            started: 0,
+        };
+        permit.start()?;
+        Ok(permit)
     }
 
     #[inline]
@@ -334,7 +361,7 @@ impl CircuitBreaker {
     }
 
     /// Every outcome of every call passes here, rejections included.
-    #[inline]
+    #[inline(always)]
     fn on_outcome(&self, outcome: Outcome) {
         match outcome {
             Outcome::Done {
@@ -661,37 +688,67 @@ impl fmt::Debug for CircuitBreaker {
 #[must_use = "a permit records nothing unless its outcome is recorded"]
 pub struct Permit<'a> {
     breaker: &'a CircuitBreaker,
-    admission: Option<Admission>,
-    started: Option<u64>,
+    /// A packed [`Admission`], or `TAKEN` once recorded.
+    admission: u64,
+    /// When the call started, for the slow-call rule (0 without one).
+    started: u64,
 }
 
 impl Permit<'_> {
     /// The call succeeded (or failed with a permanent error).
+    #[inline]
     pub fn success(self) {
         self.finish(false);
     }
 
     /// The call failed because of the dependency.
+    #[inline]
     pub fn failure(self) {
         self.finish(true);
     }
 
     /// Records `result`, classified by the error's [`Classify`] impl.
+    #[inline]
     pub fn record<T, E: Classify>(self, result: &Result<T, E>) {
         let failed = matches!(result, Err(error) if error.classify().is_retryable());
         self.finish(failed);
     }
 
+    /// Asks the breaker; an idle permit becomes a live one, or a rejection.
+    #[inline]
+    fn start(&mut self) -> Result<(), DependencyDown> {
+        match self.breaker.admit() {
+            Ok(admission) => {
+                self.admission = admission.pack();
+                if self.breaker.inner.config.slow_call().is_some() {
+                    self.started = self.breaker.inner.now();
+                }
+                Ok(())
+            }
+            Err(down) => {
+                self.admission = TAKEN;
+                Err(down)
+            }
+        }
+    }
+
+    #[inline]
     fn finish(mut self, failed: bool) {
-        let Some(admission) = self.admission.take() else {
+        self.settle(failed);
+    }
+
+    #[inline]
+    fn settle(&mut self, failed: bool) {
+        let Some(admission) = Admission::unpack(std::mem::replace(&mut self.admission, TAKEN))
+        else {
             return;
         };
         let inner = &*self.breaker.inner;
-        let slow = match (self.started, inner.config.slow_call()) {
-            (Some(started), Some(rule)) => {
-                inner.now().saturating_sub(started) >= duration_nanos(rule.threshold)
+        let slow = match inner.config.slow_call() {
+            Some(rule) => {
+                inner.now().saturating_sub(self.started) >= duration_nanos(rule.threshold)
             }
-            _ => false,
+            None => false,
         };
         self.breaker.on_outcome(Outcome::Done {
             admission,
@@ -702,8 +759,9 @@ impl Permit<'_> {
 }
 
 impl Drop for Permit<'_> {
+    #[inline]
     fn drop(&mut self) {
-        if let Some(admission) = self.admission.take() {
+        if let Some(admission) = Admission::unpack(self.admission) {
             self.breaker.on_outcome(Outcome::Cancelled(admission));
         }
     }
@@ -713,10 +771,7 @@ impl fmt::Debug for Permit<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Permit")
             .field("breaker", &self.breaker.inner.name)
-            .field(
-                "probe",
-                &matches!(self.admission, Some(Admission::Probe(_))),
-            )
+            .field("admission", &Admission::unpack(self.admission))
             .finish()
     }
 }
@@ -734,10 +789,8 @@ pin_project! {
     /// Polling it again after it completed panics.
     #[must_use = "a call does nothing unless it is `.await`ed"]
     pub struct Call<'a, Fut, W = ByClassify> {
-        breaker: &'a CircuitBreaker,
-        permit: Option<Permit<'a>>,
+        permit: Permit<'a>,
         when: W,
-        done: bool,
         #[pin]
         fut: Fut,
     }
@@ -754,28 +807,24 @@ where
     #[inline]
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.project();
-        assert!(!*this.done, "`Call` polled after it completed");
-        if this.permit.is_none() {
-            match this.breaker.try_acquire() {
-                Ok(permit) => *this.permit = Some(permit),
-                Err(down) => {
-                    *this.done = true;
+        match this.permit.admission {
+            IDLE => {
+                if let Err(down) = this.permit.start() {
                     return Poll::Ready(Err(E::from(Error::DependencyDown(down))));
                 }
             }
+            TAKEN => panic!("`Call` polled after it completed"),
+            _ => {}
         }
         let result = match this.fut.poll(cx) {
             Poll::Ready(result) => result,
             Poll::Pending => return Poll::Pending,
         };
-        *this.done = true;
-        if let Some(permit) = this.permit.take() {
-            let failed = match &result {
-                Ok(_) => false,
-                Err(error) => this.when.when(error).is_retryable(),
-            };
-            permit.finish(failed);
-        }
+        let failed = match &result {
+            Ok(_) => false,
+            Err(error) => this.when.when(error).is_retryable(),
+        };
+        this.permit.settle(failed);
         Poll::Ready(result)
     }
 }
@@ -783,9 +832,7 @@ where
 impl<Fut, W> fmt::Debug for Call<'_, Fut, W> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Call")
-            .field("breaker", &self.breaker.inner.name)
-            .field("started", &self.permit.is_some())
-            .field("done", &self.done)
+            .field("permit", &self.permit)
             .finish_non_exhaustive()
     }
 }

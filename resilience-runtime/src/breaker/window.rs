@@ -105,10 +105,14 @@ impl SlidingWindow {
 
     /// The number of stripes for this machine: one per core, 2 to 8.
     pub(crate) fn default_stripes() -> usize {
-        std::thread::available_parallelism()
-            .map_or(4, |n| n.get())
-            .clamp(2, 8)
-            .next_power_of_two()
+        // Asking the OS reads cgroup files: once per process is enough.
+        static STRIPES: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+        *STRIPES.get_or_init(|| {
+            std::thread::available_parallelism()
+                .map_or(4, |n| n.get())
+                .clamp(2, 8)
+                .next_power_of_two()
+        })
     }
 
     #[inline]
