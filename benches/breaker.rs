@@ -86,11 +86,15 @@ fn poll_once<F: Future>(fut: F) -> F::Output {
 
 static SHARED: AtomicU64 = AtomicU64::new(0);
 
+// Every benchmarked closure returns whether the call succeeded rather than
+// the whole `Result`: criterion's `black_box` of a 40-byte error written
+// field by field costs a store-forwarding stall that would swamp what is
+// measured here (a caller matches on the result, it does not copy it).
 #[inline(always)]
-fn baseline() -> Result<u64, ClientError> {
+fn baseline() -> bool {
     let out = poll_once(get_user(black_box(7)));
     SHARED.fetch_add(1, Relaxed);
-    out
+    out.is_ok()
 }
 
 fn runtime() -> tokio::runtime::Runtime {
@@ -138,26 +142,26 @@ fn single_thread(c: &mut Criterion) {
     let mut group = c.benchmark_group("breaker");
     group.bench_function("baseline: call + shared fetch_add", |b| b.iter(baseline));
     group.bench_function("closed: call", |b| {
-        b.iter(|| poll_once(closed.call(get_user(black_box(7)))))
+        b.iter(|| poll_once(closed.call(get_user(black_box(7)))).is_ok())
     });
     group.bench_function("closed: try_acquire + success", |b| {
         b.iter(|| match closed.try_acquire() {
             Ok(permit) => {
                 let out = poll_once(get_user(black_box(7)));
                 permit.record(&out);
-                out
+                out.is_ok()
             }
-            Err(down) => Err(ClientError::Resilience(down.into())),
+            Err(_) => false,
         })
     });
     group.bench_function("open: rejection", |b| {
-        b.iter(|| poll_once(open.call(get_user(black_box(7)))))
+        b.iter(|| poll_once(open.call(get_user(black_box(7)))).is_ok())
     });
     group.finish();
 
     println!(
         "allocations per call: baseline {}, closed {}, open {}",
-        allocations_per_call(|| drop(baseline())),
+        allocations_per_call(|| drop(black_box(baseline()))),
         allocations_per_call(|| drop(poll_once(closed.call(get_user(7))))),
         allocations_per_call(|| drop(poll_once(open.call(get_user(7))))),
     );
@@ -193,14 +197,14 @@ fn contended(c: &mut Criterion) {
     group.bench_function("baseline: call + shared fetch_add", |b| {
         b.iter_custom(|iters| {
             two_threads(iters, &|| {
-                let _ = black_box(baseline());
+                black_box(baseline());
             })
         })
     });
     group.bench_function("closed: call", |b| {
         b.iter_custom(|iters| {
             two_threads(iters, &|| {
-                let _ = black_box(poll_once(breaker.call(get_user(black_box(7)))));
+                black_box(poll_once(breaker.call(get_user(black_box(7)))).is_ok());
             })
         })
     });

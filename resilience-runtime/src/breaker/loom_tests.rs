@@ -19,9 +19,9 @@ fn half_open(probes: u32) -> CircuitBreaker {
             .with_half_open(probes),
         2,
     );
-    let closed = Word(b.inner.state.0.load(Acquire));
+    let closed = Word(b.inner.state.load(Acquire));
     assert!(b.inner.transition(closed, OPEN, false, 0));
-    let open = Word(b.inner.state.0.load(Acquire));
+    let open = Word(b.inner.state.load(Acquire));
     assert!(b.inner.transition(open, HALF_OPEN, false, u64::MAX));
     b
 }
@@ -92,7 +92,7 @@ fn concurrent_probe_outcomes_lose_no_transition() {
         // first (late probe outcomes ignored). Either way the final state
         // is the result of the last transition, and each transition was
         // reported once.
-        let word = Word(b.inner.state.0.load(Acquire));
+        let word = Word(b.inner.state.load(Acquire));
         let transitions = word.generation() - 2;
         assert_eq!(changes.load(Ordering::SeqCst) as u32, transitions);
         assert!(matches!(b.state(), State::Closed | State::Open));

@@ -97,11 +97,6 @@ use crate::retry::{ByClassify, Classify, When};
 
 type Hook = Box<dyn Fn(&'static str, State, State) + Send + Sync>;
 
-/// A word alone on its cache line, so that writes to its neighbours do not
-/// slow down the loads of every call.
-#[repr(align(64))]
-struct Padded<T>(T);
-
 /// A circuit breaker protecting one dependency.
 ///
 /// Cloning gives another handle to the same breaker. Breakers are usually
@@ -142,8 +137,10 @@ pub struct CircuitBreaker {
 }
 
 struct Inner {
-    /// Read by every call; see [`state`] for the layout.
-    state: Padded<AtomicU64>,
+    /// Read by every call; see [`state`] for the layout. Its cache line is
+    /// shared with fields written only at transitions and bucket
+    /// boundaries, so it stays in every core's cache between them.
+    state: AtomicU64,
     name: &'static str,
     config: BreakerConfig,
     bucket_width: u64,
@@ -223,7 +220,7 @@ impl CircuitBreaker {
     fn with_stripes(name: &'static str, config: BreakerConfig, stripes: usize) -> Self {
         CircuitBreaker {
             inner: Arc::new(Inner {
-                state: Padded(AtomicU64::new(Word::new(CLOSED, false, 0, NO_TICKER).0)),
+                state: AtomicU64::new(Word::new(CLOSED, false, 0, NO_TICKER).0),
                 name,
                 config,
                 bucket_width: config.bucket_width(),
@@ -249,7 +246,7 @@ impl CircuitBreaker {
     /// The current state. An open breaker whose cooldown is over reads
     /// `Open` until the next call or tick moves it to half-open.
     pub fn state(&self) -> State {
-        Word(self.inner.state.0.load(Acquire)).state()
+        Word(self.inner.state.load(Acquire)).state()
     }
 
     /// Runs `fut` as one logical call, or rejects it at once when the
@@ -314,7 +311,7 @@ impl CircuitBreaker {
 
     #[inline]
     fn admit(&self) -> Result<Admission, DependencyDown> {
-        let word = self.inner.state.0.load(Acquire);
+        let word = self.inner.state.load(Acquire);
         if word & FAST == 0 {
             return Ok(Admission::Closed);
         }
@@ -328,7 +325,7 @@ impl CircuitBreaker {
     #[cold]
     fn admit_slow(&self) -> Result<Admission, DependencyDown> {
         let inner = &*self.inner;
-        let word = Word(inner.state.0.load(Acquire));
+        let word = Word(inner.state.load(Acquire));
         if word.0 & NO_TICKER != 0 {
             self.start_ticker();
         }
@@ -336,12 +333,12 @@ impl CircuitBreaker {
             inner.maintain(inner.now());
         }
         loop {
-            let word = Word(inner.state.0.load(Acquire));
+            let word = Word(inner.state.load(Acquire));
             let generation = word.generation();
             return match word.kind() {
                 CLOSED => Ok(Admission::Closed),
                 HALF_OPEN if inner.try_probe(generation) => {
-                    if Word(inner.state.0.load(Acquire)).generation() != generation {
+                    if Word(inner.state.load(Acquire)).generation() != generation {
                         // That half-open period ended while we took its slot:
                         // give it back and look again.
                         inner.settle_probe(generation, None);
@@ -391,7 +388,7 @@ impl CircuitBreaker {
         let Ok(handle) = tokio::runtime::Handle::try_current() else {
             return;
         };
-        let before = self.inner.state.0.fetch_and(!NO_TICKER, AcqRel);
+        let before = self.inner.state.fetch_and(!NO_TICKER, AcqRel);
         if before & NO_TICKER != 0 {
             handle.spawn(ticker::run(Arc::downgrade(&self.inner)));
         }
@@ -440,7 +437,7 @@ impl CircuitBreaker {
         let inner = &*self.inner;
         let now = inner.now();
         inner.rotate(now, inner.window.totals());
-        let word = Word(inner.state.0.load(Acquire));
+        let word = Word(inner.state.load(Acquire));
         let counts = inner.window.counts(inner.window.totals());
         let probes = Probes(inner.probes.load(Acquire));
         let until_half_open = (word.kind() == OPEN && !word.forced())
@@ -496,7 +493,7 @@ impl Inner {
         if let Window::Time(_) = self.config.window() {
             self.rotate(now, self.window.totals());
         }
-        let word = Word(self.state.0.load(Acquire));
+        let word = Word(self.state.load(Acquire));
         if word.kind() == OPEN && !word.forced() && now >= self.open_until.load(Acquire) {
             self.transition(word, HALF_OPEN, false, now);
         }
@@ -513,7 +510,7 @@ impl Inner {
         // Calls before this one belong to the buckets they were made in.
         self.rotate(now.unwrap_or(0), self.window.totals());
         self.window.add(failed, slow);
-        let word = Word(self.state.0.load(Acquire));
+        let word = Word(self.state.load(Acquire));
         if word.0 & (KIND | FORCED) != CLOSED {
             return;
         }
@@ -571,7 +568,7 @@ impl Inner {
         if success == Some(false) {
             // Open before the slot is freed, so that no call takes the slot
             // of a failed probe while still half-open.
-            let word = Word(self.state.0.load(Acquire));
+            let word = Word(self.state.load(Acquire));
             if half_open(word) {
                 self.transition(word, OPEN, false, self.now());
             }
@@ -591,7 +588,7 @@ impl Inner {
                 Err(actual) => current = Probes(actual),
             }
         };
-        let word = Word(self.state.0.load(Acquire));
+        let word = Word(self.state.load(Acquire));
         if success == Some(true)
             && half_open(word)
             && u32::from(after.successes()) >= self.config.half_open()
@@ -603,7 +600,7 @@ impl Inner {
     /// Operator transitions: from whatever state the breaker is in.
     fn transition_any(&self, to: u64, forced: bool) {
         let now = self.now();
-        while !self.transition(Word(self.state.0.load(Acquire)), to, forced, now) {}
+        while !self.transition(Word(self.state.load(Acquire)), to, forced, now) {}
     }
 
     /// The one place where the breaker changes state: from the generation
@@ -611,7 +608,7 @@ impl Inner {
     /// breaker), to `to`, then the WARN and the hooks. Returns whether this
     /// call made the change.
     fn transition(&self, from: Word, to: u64, forced: bool, now: u64) -> bool {
-        if Word(self.state.0.load(Acquire)).generation() != from.generation() {
+        if Word(self.state.load(Acquire)).generation() != from.generation() {
             return false;
         }
         // Set up the new state before it becomes visible.
@@ -625,7 +622,7 @@ impl Inner {
         } else if to == CLOSED {
             self.window.clear();
         }
-        let mut current = self.state.0.load(Acquire);
+        let mut current = self.state.load(Acquire);
         let before = loop {
             let word = Word(current);
             if word.generation() != from.generation() {
@@ -634,7 +631,6 @@ impl Inner {
             let next = word.next(to, forced);
             match self
                 .state
-                .0
                 .compare_exchange(current, next.0, AcqRel, Acquire)
             {
                 Ok(_) => break word,
@@ -668,7 +664,7 @@ fn duration_nanos(d: Duration) -> u64 {
 
 impl fmt::Debug for CircuitBreaker {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let word = Word(self.inner.state.0.load(Relaxed));
+        let word = Word(self.inner.state.load(Relaxed));
         f.debug_struct("CircuitBreaker")
             .field("name", &self.inner.name)
             .field("state", &word.state())
@@ -804,7 +800,7 @@ where
 {
     type Output = Result<T, E>;
 
-    #[inline]
+    #[inline(always)]
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.project();
         match this.permit.admission {
