@@ -290,7 +290,7 @@ pub async fn run(quiet: bool) -> Report {
     }
 
     // 3. A POST is safe to retry only with an idempotency key.
-    t.plain("\n3. POST /payments: the first attempt is processed but its response is lost");
+    t.plain("\n3. POST /payments, behind the server's `IdempotencyLayer`: the first attempt is processed, its response lost");
     server.script(PAYMENTS, [Reply::DropMidBody]);
     let key = IdempotencyKey::new();
     let receipt = client.create_payment(&key, 1250).await;
