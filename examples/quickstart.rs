@@ -143,7 +143,11 @@ impl Client {
                 match response.text().await {
                     Ok(text) => Ok(Receipt { text, replayed }),
                     Err(err) => {
-                        self.timeline.at(format!("   ✗ body cut short: {err}"));
+                        let mut cause: &dyn std::error::Error = &err;
+                        while let Some(source) = cause.source() {
+                            cause = source;
+                        }
+                        self.timeline.at(format!("   ✗ body cut short: {cause}"));
                         Err(err.into())
                     }
                 }
