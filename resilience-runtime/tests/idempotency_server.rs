@@ -333,6 +333,32 @@ async fn a_key_reused_for_another_request_gets_422() {
 }
 
 #[tokio::test]
+async fn fingerprint_headers_keep_two_callers_with_one_key_apart() {
+    let config = IdempotencyConfig::builder()
+        .with_fingerprint_headers([header::HeaderName::from_static("x-api-key")])
+        .build()
+        .unwrap();
+    let h = Harness::with(config, MemoryStore::default(), []);
+    let as_caller = |caller: &str| {
+        let mut request = post_req("/payments", "1", "{}");
+        request
+            .headers_mut()
+            .insert("x-api-key", caller.parse().unwrap());
+        request
+    };
+    let alice = h.send(as_caller("alice")).await;
+    assert_eq!(alice.status, StatusCode::CREATED);
+    assert!(h.send(as_caller("alice")).await.replayed());
+    h.send(as_caller("bob"))
+        .await
+        .assert_error(422, "idempotency_key_reused");
+    h.send(post_req("/payments", "1", "{}"))
+        .await
+        .assert_error(422, "idempotency_key_reused");
+    assert_eq!(h.calls(), 1);
+}
+
+#[tokio::test]
 async fn concurrent_requests_with_one_key_run_the_handler_once_and_the_second_gets_409() {
     let mut h = Harness::new();
     let first = tokio::spawn(h.app.clone().oneshot(post_req("/slow", "k", "{}")));

@@ -19,6 +19,7 @@ use crate::error::ConfigError;
 /// | max request body | 2 MiB | the request is buffered to fingerprint it (axum's own default limit) |
 /// | max stored body | 1 MiB | larger responses are delivered but not kept |
 /// | stored headers | `content-type`, `content-encoding`, `content-language`, `content-location`, `location`, `etag`, `last-modified` | what a replay needs; never `set-cookie` |
+/// | fingerprint headers | none | see [`with_fingerprint_headers`](IdempotencyConfigBuilder::with_fingerprint_headers) |
 ///
 /// ```
 /// use std::time::Duration;
@@ -46,6 +47,7 @@ pub struct IdempotencyConfig {
     pub(crate) max_request_body: usize,
     pub(crate) max_stored_body: usize,
     pub(crate) stored_headers: Vec<HeaderName>,
+    pub(crate) fingerprint_headers: Vec<HeaderName>,
 }
 
 /// Builds an [`IdempotencyConfig`]; see its defaults.
@@ -106,6 +108,11 @@ impl IdempotencyConfig {
         &self.stored_headers
     }
 
+    /// The request headers that are part of a request's fingerprint.
+    pub fn fingerprint_headers(&self) -> &[HeaderName] {
+        &self.fingerprint_headers
+    }
+
     pub(crate) fn guards(&self, method: &Method) -> bool {
         self.methods.contains(method)
     }
@@ -128,6 +135,7 @@ impl Default for IdempotencyConfig {
                 header::ETAG,
                 header::LAST_MODIFIED,
             ],
+            fingerprint_headers: Vec::new(),
         }
     }
 }
@@ -169,6 +177,20 @@ impl IdempotencyConfigBuilder {
     /// Replaces the set of response headers kept for replay.
     pub fn with_stored_headers(mut self, names: impl IntoIterator<Item = HeaderName>) -> Self {
         self.config.stored_headers = names.into_iter().collect();
+        self
+    }
+
+    /// Request headers whose values join the method, path and body in a
+    /// request's [`Fingerprint`](super::Fingerprint).
+    ///
+    /// Keys are global to a store: two clients that happen to send the
+    /// same key, the same body and the same path would share one response.
+    /// Naming the header that identifies the caller (an API key header, or
+    /// `authorization` if its value does not change between a request and
+    /// its retries) turns such a collision into `422` instead of a replay
+    /// of someone else's response.
+    pub fn with_fingerprint_headers(mut self, names: impl IntoIterator<Item = HeaderName>) -> Self {
+        self.config.fingerprint_headers = names.into_iter().collect();
         self
     }
 

@@ -279,7 +279,13 @@ where
         }
         Err(err) => return Ok(Rejection::RequestUnreadable(err.to_string()).into_response()),
     };
-    let fingerprint = Fingerprint::of(&parts.method, &parts.uri, &body);
+    let fingerprint = Fingerprint::of_request(
+        &parts.method,
+        &parts.uri,
+        &parts.headers,
+        &config.fingerprint_headers,
+        &body,
+    );
     let lease = Lease::new(fingerprint);
     match store.begin(&key, &lease, config.lock_ttl).await {
         Ok(Begin::Started) => {}

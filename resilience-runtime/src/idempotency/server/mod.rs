@@ -19,7 +19,7 @@
 //! | new key | the handler's response, stored unless retryable | once |
 //! | key seen, same request, completed | the stored response + `X-Idempotency-Replay: true` | no |
 //! | key seen, same request, still running | `409 idempotency_key_in_use` + `Retry-After: 1` | no |
-//! | key seen with another method, path, query or body | `422 idempotency_key_reused` | no |
+//! | key seen with another method, path, query, body or [fingerprint header](IdempotencyConfigBuilder::with_fingerprint_headers) | `422 idempotency_key_reused` | no |
 //! | key seen, response was over `max_stored_body` or its body failed | `409 idempotency_response_not_stored` | no |
 //! | store unreachable or full | `503 idempotency_store_unavailable` + `Retry-After: 1` | no |
 //!

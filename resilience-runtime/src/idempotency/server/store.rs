@@ -13,7 +13,8 @@ use sha2::{Digest, Sha256};
 use crate::idempotency::IdempotencyKey;
 
 /// What makes two requests "the same request": a SHA-256 of the method,
-/// the path with its query, and the body.
+/// the path with its query, the body, and the values of the configured
+/// [fingerprint headers](super::IdempotencyConfigBuilder::with_fingerprint_headers).
 ///
 /// A key presented again with a different fingerprint is a client bug (a
 /// key reused for another call), answered with `422`.
@@ -34,12 +35,47 @@ impl Fingerprint {
     /// assert_ne!(a, Fingerprint::of(&Method::PATCH, &uri, b"{\"amount\":100}"));
     /// ```
     pub fn of(method: &Method, uri: &Uri, body: &[u8]) -> Self {
+        Self::of_request(method, uri, &HeaderMap::new(), &[], body)
+    }
+
+    /// The fingerprint of a request, including the values of the headers
+    /// named in `names` (absent and empty are told apart).
+    ///
+    /// ```
+    /// use http::{HeaderMap, Method, Uri, header::AUTHORIZATION};
+    /// use resilience_runtime::idempotency::server::Fingerprint;
+    ///
+    /// let (post, uri) = (Method::POST, Uri::from_static("/payments"));
+    /// let mut alice = HeaderMap::new();
+    /// alice.insert(AUTHORIZATION, "Bearer alice".parse().unwrap());
+    /// let mut bob = HeaderMap::new();
+    /// bob.insert(AUTHORIZATION, "Bearer bob".parse().unwrap());
+    /// let of = |headers: &HeaderMap| Fingerprint::of_request(&post, &uri, headers, &[AUTHORIZATION], b"{}");
+    /// assert_ne!(of(&alice), of(&bob));
+    /// assert_eq!(of(&HeaderMap::new()), Fingerprint::of(&post, &uri, b"{}"));
+    /// ```
+    pub fn of_request(
+        method: &Method,
+        uri: &Uri,
+        headers: &HeaderMap,
+        names: &[HeaderName],
+        body: &[u8],
+    ) -> Self {
         let target = uri.path_and_query().map_or("/", |p| p.as_str());
         let mut hash = Sha256::new();
         // Length prefixes keep ("POST", "/ab") apart from ("POS", "T/ab").
-        for part in [method.as_str().as_bytes(), target.as_bytes(), body] {
-            hash.update((part.len() as u64).to_be_bytes());
-            hash.update(part);
+        let mut part = |bytes: &[u8]| {
+            hash.update((bytes.len() as u64).to_be_bytes());
+            hash.update(bytes);
+        };
+        part(method.as_str().as_bytes());
+        part(target.as_bytes());
+        part(body);
+        for name in names {
+            for value in headers.get_all(name) {
+                part(name.as_str().as_bytes());
+                part(value.as_bytes());
+            }
         }
         Self(hash.finalize().into())
     }
