@@ -6,7 +6,6 @@
 //!
 //! `cargo bench --bench http`
 
-#[allow(dead_code)]
 #[path = "../examples/common/mod.rs"]
 mod common;
 
