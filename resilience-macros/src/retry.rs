@@ -1,0 +1,61 @@
+//! `#[retry]`: parse → validate → expand.
+
+use proc_macro2::TokenStream;
+use quote::quote;
+use syn::ItemFn;
+
+use crate::errors::Errors;
+use crate::expand::{self, Plan};
+use crate::{args, idempotency, item, sig, validate};
+
+pub(crate) fn expand(args: TokenStream, input: TokenStream) -> TokenStream {
+    let mut errors = Errors::default();
+    let item: ItemFn = match item::parse(input, "retry") {
+        Ok(item) => item,
+        Err(output) => return output,
+    };
+    let args = args::parse_retry(args, &mut errors);
+    validate::retry(&args, &mut errors);
+    for attr in item
+        .attrs
+        .iter()
+        .filter(|attr| validate::is_attribute(attr, "retry"))
+    {
+        errors.push(syn::Error::new_spanned(
+            attr,
+            "`#[retry]` is applied more than once; one chain is bounded, two nested chains multiply the attempts",
+        ));
+    }
+    let checks = [
+        validate::order(&item),
+        validate::asyncness(&item.sig, "retry"),
+        validate::instrument_order(&item, "retry"),
+    ];
+    for check in checks {
+        if let Err(err) = check {
+            errors.push(err);
+        }
+    }
+    let result = sig::result_type(&item.sig, "retry");
+    let mut rewritten = item.clone();
+    let params = sig::params(&mut rewritten.sig, true);
+    if let Err(err) = idempotency::check(&args, &item.sig.ident, params.has_idempotency_key) {
+        errors.push(err);
+    }
+    let result = match result {
+        Ok(result) if errors.len() == 0 => result,
+        Ok(_) => return item::with_errors(item, errors),
+        Err(err) => {
+            errors.push(err);
+            return item::with_errors(item, errors);
+        }
+    };
+    let output = expand::expand(Plan {
+        item: rewritten,
+        retry: Some(&args),
+        breaker: None,
+        params,
+        result,
+    });
+    quote!(#output)
+}
