@@ -3,9 +3,9 @@
 //!
 //! This is Go's `ctx` deadline for async Rust: a handler declares how long
 //! its caller will wait, and every retry loop below it, however deep, stops
-//! at that time instead of sleeping past it (SPEC §4). The deadline lives in
-//! a task-local, so it needs no extra parameter and cannot leak into other
-//! tasks.
+//! at that time instead of sleeping past it (SPEC §4). The deadline is
+//! scoped to the future it wraps, like a task-local: it needs no extra
+//! parameter and does not leak into tasks spawned from inside.
 //!
 //! ```
 //! use resilience_runtime::deadline;
@@ -26,45 +26,93 @@
 //! passes. Code that does not go through the executor is not cut; wrap it
 //! in [`tokio::time::timeout_at`] with [`current`] where that is needed.
 
+use std::cell::Cell;
 use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
+use pin_project_lite::pin_project;
 use tokio::time::Instant;
 
-tokio::task_local! {
-    static DEADLINE: Instant;
+thread_local! {
+    // Set only while a `WithDeadline` future is being polled on this thread.
+    // A const-initialised `Cell` of a `Copy` type: one TLS load to read,
+    // which keeps the retry executor's success path cheap.
+    static CURRENT: Cell<Option<Instant>> = const { Cell::new(None) };
+}
+
+pin_project! {
+    /// A future run under a deadline; see [`with_deadline`].
+    #[derive(Debug)]
+    #[must_use = "futures do nothing unless `.await`ed"]
+    pub struct WithDeadline<F> {
+        deadline: Deadline,
+        #[pin]
+        inner: F,
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Deadline {
+    // The earlier of the two is chosen at the first poll, inside the scope
+    // that actually runs the future.
+    Unresolved(Option<Instant>),
+    Resolved(Option<Instant>),
 }
 
 /// Runs `fut` with `deadline` as the caller's deadline, or the deadline
 /// already in scope when that one is earlier.
-pub fn with_deadline<F: Future>(deadline: Instant, fut: F) -> impl Future<Output = F::Output> {
-    async move {
-        // Resolved at the first poll, inside the task that runs `fut`.
-        let deadline = match current() {
-            Some(outer) if outer < deadline => outer,
-            _ => deadline,
-        };
-        DEADLINE.scope(deadline, fut).await
+pub fn with_deadline<F: Future>(deadline: Instant, fut: F) -> WithDeadline<F> {
+    WithDeadline {
+        deadline: Deadline::Unresolved(Some(deadline)),
+        inner: fut,
     }
 }
 
-/// Runs `fut` with a deadline `timeout` from its first poll (or the
-/// deadline already in scope when that one is earlier).
-pub fn with_timeout<F: Future>(timeout: Duration, fut: F) -> impl Future<Output = F::Output> {
-    async move {
-        let deadline = Instant::now().checked_add(timeout);
-        match deadline {
-            Some(deadline) => with_deadline(deadline, fut).await,
-            // Too far in the future to represent: no deadline of our own.
-            None => fut.await,
+/// Runs `fut` with a deadline `timeout` from now (or the deadline already in
+/// scope when that one is earlier).
+pub fn with_timeout<F: Future>(timeout: Duration, fut: F) -> WithDeadline<F> {
+    WithDeadline {
+        // Too far in the future to represent: no deadline of our own.
+        deadline: Deadline::Unresolved(Instant::now().checked_add(timeout)),
+        inner: fut,
+    }
+}
+
+impl<F: Future> Future for WithDeadline<F> {
+    type Output = F::Output;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        let this = self.project();
+        let outer = current();
+        let deadline = match *this.deadline {
+            Deadline::Resolved(deadline) => deadline,
+            Deadline::Unresolved(own) => {
+                let deadline = match (own, outer) {
+                    (Some(own), Some(outer)) => Some(own.min(outer)),
+                    (own, outer) => own.or(outer),
+                };
+                *this.deadline = Deadline::Resolved(deadline);
+                deadline
+            }
+        };
+        // Restores the outer value even if the inner future panics.
+        struct Restore(Option<Instant>);
+        impl Drop for Restore {
+            fn drop(&mut self) {
+                CURRENT.set(self.0);
+            }
         }
+        let _restore = Restore(CURRENT.replace(deadline));
+        this.inner.poll(cx)
     }
 }
 
 /// The deadline in scope for the current task, if any.
 #[inline]
 pub fn current() -> Option<Instant> {
-    DEADLINE.try_with(|deadline| *deadline).ok()
+    CURRENT.get()
 }
 
 /// The time left before the deadline in scope (zero once it passed), or
@@ -113,5 +161,36 @@ mod tests {
         })
         .await;
         assert_eq!(seen, None);
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn the_deadline_is_not_visible_to_other_tasks_on_the_same_thread() {
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let other = tokio::spawn(async move {
+            rx.await.unwrap();
+            current()
+        });
+        with_timeout(Duration::from_secs(3), async {
+            tx.send(()).unwrap();
+            // Let the other task run while this scope is suspended.
+            tokio::task::yield_now().await;
+        })
+        .await;
+        assert_eq!(other.await.unwrap(), None);
+    }
+
+    #[test]
+    fn a_panicking_future_does_not_leave_its_deadline_behind() {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .unwrap();
+        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            runtime.block_on(with_timeout(Duration::from_secs(1), async {
+                panic!("boom")
+            }))
+        }));
+        assert!(result.is_err());
+        assert_eq!(current(), None);
     }
 }

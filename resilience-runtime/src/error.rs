@@ -33,6 +33,12 @@ pub enum Error {
     /// Permanent: no later attempt could finish in time.
     #[error("the caller's deadline passed")]
     DeadlineExceeded,
+    /// The retry chain's `max_elapsed` budget ran out while an attempt was
+    /// still in flight; the attempt was dropped.
+    ///
+    /// Permanent: the budget of the whole chain is spent.
+    #[error("the retry budget of {0:?} ran out with an attempt in flight")]
+    BudgetExhausted(Duration),
     /// A circuit breaker rejected the call without running it.
     #[error(transparent)]
     DependencyDown(#[from] DependencyDown),
@@ -71,7 +77,9 @@ impl DependencyDown {
 impl From<Error> for std::io::Error {
     fn from(err: Error) -> Self {
         let kind = match err {
-            Error::AttemptTimeout(_) | Error::DeadlineExceeded => std::io::ErrorKind::TimedOut,
+            Error::AttemptTimeout(_) | Error::BudgetExhausted(_) | Error::DeadlineExceeded => {
+                std::io::ErrorKind::TimedOut
+            }
             Error::DependencyDown(_) => std::io::ErrorKind::ConnectionRefused,
         };
         std::io::Error::new(kind, err)

@@ -13,7 +13,7 @@
 //! | SQLSTATE `40001`, `40P01` | [`Verdict::Transient`] |
 //! | SQLSTATE `23503`, `23505` and every other code | [`Verdict::Permanent`] |
 //! | a per-attempt timeout ([`Error::AttemptTimeout`]) | [`Verdict::Transient`] |
-//! | the caller's deadline, an open breaker | [`Verdict::Permanent`] |
+//! | the caller's deadline, a spent retry budget, an open breaker | [`Verdict::Permanent`] |
 
 use std::fmt;
 use std::time::Duration;
@@ -180,13 +180,17 @@ impl Classify for Error {
     fn classify(&self) -> Verdict {
         match self {
             Error::AttemptTimeout(_) => Verdict::Transient,
-            Error::DeadlineExceeded | Error::DependencyDown(_) => Verdict::Permanent,
+            Error::BudgetExhausted(_) | Error::DeadlineExceeded | Error::DependencyDown(_) => {
+                Verdict::Permanent
+            }
         }
     }
 
     fn reason(&self) -> Option<Reason> {
         match self {
-            Error::AttemptTimeout(_) | Error::DeadlineExceeded => Some(Reason::Timeout),
+            Error::AttemptTimeout(_) | Error::BudgetExhausted(_) | Error::DeadlineExceeded => {
+                Some(Reason::Timeout)
+            }
             Error::DependencyDown(_) => Some(Reason::CircuitOpen),
         }
     }

@@ -106,7 +106,8 @@ pub enum Event<'a, E> {
     },
     /// Attempt `attempt` failed and the chain stops.
     GaveUp {
-        /// The attempt number, from 1.
+        /// The attempt number, from 1; 0 when the caller's deadline had
+        /// passed before the first attempt could start.
         attempt: u32,
         /// The last error of the operation (or the runtime's own, when the
         /// deadline passed before an attempt could start).
@@ -181,11 +182,13 @@ impl RngCore for LazyRng {
     }
 }
 
+// What the timer is armed for while an attempt runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum TimerRole {
     None,
     AttemptTimeout(Duration),
     Deadline,
+    Budget,
 }
 
 pin_project! {
@@ -217,6 +220,7 @@ pin_project! {
     /// attempt panics outside a Tokio runtime with the time driver enabled.
     /// Polling it again after it completed panics.
     #[must_use = "a retry chain does nothing unless it is `.await`ed"]
+    #[project = RetryProj]
     pub struct Retry<F, Fut, N = Quiet, W = ByClassify, R = LazyRng> {
         policy: Policy,
         op: F,
@@ -355,6 +359,21 @@ impl<F, Fut, N, W, R> fmt::Debug for Retry<F, Fut, N, W, R> {
     }
 }
 
+impl<F, Fut, N, W, R> RetryProj<'_, F, Fut, N, W, R> {
+    fn give_up<T, E>(&mut self, error: E, reason: GiveUp) -> Poll<Result<T, E>>
+    where
+        N: Notify<E>,
+    {
+        self.notify.notify(&Event::GaveUp {
+            attempt: *self.attempt,
+            error: &error,
+            reason,
+        });
+        self.state.set(State::Done);
+        Poll::Ready(Err(error))
+    }
+}
+
 fn arm(mut timer: Pin<&mut Option<Sleep>>, at: Instant) {
     match timer.as_mut().as_pin_mut() {
         Some(sleep) => sleep.reset(at),
@@ -380,34 +399,31 @@ where
                 StateProj::Idle => {
                     *this.timer_role = TimerRole::None;
                     let deadline = deadline::current();
-                    // Only a chain with a deadline or an attempt timeout pays
-                    // for a clock read before its first attempt.
-                    if deadline.is_some() || this.policy.attempt_timeout().is_some() {
+                    let timeout = this.policy.attempt_timeout();
+                    // A first attempt without a deadline or an attempt timeout
+                    // reads no clock: it is timed from its first `Pending`.
+                    if deadline.is_some() || timeout.is_some() || this.start.is_some() {
                         let now = Instant::now();
-                        this.start.get_or_insert(now);
-                        let mut until = this
-                            .policy
-                            .attempt_timeout()
-                            .map(|timeout| (now + timeout, TimerRole::AttemptTimeout(timeout)));
+                        let start = *this.start.get_or_insert(now);
+                        if deadline.is_some_and(|deadline| deadline <= now) {
+                            let error = E::from(Error::DeadlineExceeded);
+                            return this.give_up(error, GiveUp::Deadline);
+                        }
+                        // Whichever comes first cuts the attempt; on a tie the
+                        // caller's deadline wins, then the whole budget.
+                        let mut until = (start + this.policy.max_elapsed(), TimerRole::Budget);
+                        if let Some(timeout) = timeout {
+                            if now + timeout < until.0 {
+                                until = (now + timeout, TimerRole::AttemptTimeout(timeout));
+                            }
+                        }
                         if let Some(deadline) = deadline {
-                            if deadline <= now {
-                                let error = E::from(Error::DeadlineExceeded);
-                                this.notify.notify(&Event::GaveUp {
-                                    attempt: *this.attempt,
-                                    error: &error,
-                                    reason: GiveUp::Deadline,
-                                });
-                                this.state.set(State::Done);
-                                return Poll::Ready(Err(error));
-                            }
-                            if until.is_none_or(|(at, _)| deadline <= at) {
-                                until = Some((deadline, TimerRole::Deadline));
+                            if deadline <= until.0 {
+                                until = (deadline, TimerRole::Deadline);
                             }
                         }
-                        if let Some((at, role)) = until {
-                            arm(this.timer.as_mut(), at);
-                            *this.timer_role = role;
-                        }
+                        arm(this.timer.as_mut(), until.0);
+                        *this.timer_role = until.1;
                     }
                     *this.attempt += 1;
                     let fut = (this.op)();
@@ -417,32 +433,29 @@ where
                     let result = match fut.poll(cx) {
                         Poll::Ready(result) => result,
                         Poll::Pending => {
-                            if this.start.is_none() {
-                                *this.start = Some(Instant::now());
+                            if *this.timer_role == TimerRole::None {
+                                let start = *this.start.get_or_insert_with(Instant::now);
+                                arm(this.timer.as_mut(), start + this.policy.max_elapsed());
+                                *this.timer_role = TimerRole::Budget;
                             }
-                            let role = *this.timer_role;
-                            let expired = match this.timer.as_mut().as_pin_mut() {
-                                Some(timer) if role != TimerRole::None => timer.poll(cx).is_ready(),
-                                _ => false,
-                            };
-                            if !expired {
-                                return Poll::Pending;
+                            if let Some(timer) = this.timer.as_mut().as_pin_mut() {
+                                ready!(timer.poll(cx));
                             }
-                            match role {
+                            // The timer fired: drop the attempt in flight.
+                            this.state.set(State::Idle);
+                            match *this.timer_role {
                                 TimerRole::AttemptTimeout(timeout) => {
                                     Err(E::from(Error::AttemptTimeout(timeout)))
                                 }
-                                _ => {
-                                    // The caller's deadline passed mid-attempt: permanent,
-                                    // whatever a custom classifier would say.
-                                    this.state.set(State::Done);
+                                TimerRole::Deadline => {
+                                    // Permanent, whatever a custom classifier would say.
                                     let error = E::from(Error::DeadlineExceeded);
-                                    this.notify.notify(&Event::GaveUp {
-                                        attempt: *this.attempt,
-                                        error: &error,
-                                        reason: GiveUp::Deadline,
-                                    });
-                                    return Poll::Ready(Err(error));
+                                    return this.give_up(error, GiveUp::Deadline);
+                                }
+                                TimerRole::Budget | TimerRole::None => {
+                                    let error =
+                                        E::from(Error::BudgetExhausted(this.policy.max_elapsed()));
+                                    return this.give_up(error, GiveUp::Elapsed);
                                 }
                             }
                         }
@@ -467,13 +480,7 @@ where
                         None
                     };
                     if let Some(reason) = stop {
-                        this.notify.notify(&Event::GaveUp {
-                            attempt,
-                            error: &error,
-                            reason,
-                        });
-                        this.state.set(State::Done);
-                        return Poll::Ready(Err(error));
+                        return this.give_up(error, reason);
                     }
 
                     let now = Instant::now();
@@ -490,22 +497,12 @@ where
                     let deadline_left =
                         deadline::current().map(|at| at.saturating_duration_since(now));
                     if deadline_left.is_some_and(|left| left <= budget_left && delay >= left) {
-                        this.notify.notify(&Event::GaveUp {
-                            attempt,
-                            error: &error,
-                            reason: GiveUp::Deadline,
-                        });
-                        this.state.set(State::Done);
+                        // The hook sees the real error; the caller learns why we stopped.
+                        let _ = this.give_up::<T, E>(error, GiveUp::Deadline);
                         return Poll::Ready(Err(E::from(Error::DeadlineExceeded)));
                     }
                     if delay >= budget_left {
-                        this.notify.notify(&Event::GaveUp {
-                            attempt,
-                            error: &error,
-                            reason: GiveUp::Elapsed,
-                        });
-                        this.state.set(State::Done);
-                        return Poll::Ready(Err(error));
+                        return this.give_up(error, GiveUp::Elapsed);
                     }
                     this.notify.notify(&Event::Retry {
                         attempt,
