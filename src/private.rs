@@ -12,12 +12,13 @@ use std::future::Future;
 use std::ops::ControlFlow;
 use std::pin::pin;
 use std::sync::OnceLock;
+use std::task::Poll;
 use std::time::Duration;
 
 use resilience_runtime::Error;
 use resilience_runtime::deadline;
 use resilience_runtime::retry::{Classify, Event, GiveUp, LazyRng, Policy, PolicyBuilder, Verdict};
-use tokio::time::Instant;
+use tokio::time::{Instant, Sleep};
 
 /// The retry policy of one `#[retry]` call site.
 #[derive(Debug)]
@@ -58,6 +59,15 @@ pub struct ByClassify;
 /// The classifier given by `#[retry(when = path)]`.
 #[derive(Debug, Clone, Copy)]
 pub struct Custom<W>(W);
+
+/// What the timer of an attempt in flight is armed for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Timer {
+    None,
+    AttemptTimeout(Duration),
+    Deadline,
+    Budget,
+}
 
 /// One retry chain in progress: the state between the attempts of one
 /// logical call.
@@ -140,49 +150,71 @@ impl<W> Chain<Custom<W>> {
 }
 
 impl<W> Chain<W> {
-    /// Runs the attempt under the per-attempt timeout and the caller's
-    /// deadline; `Break` when the deadline ends the chain.
+    /// Runs the attempt under whichever comes first of the per-attempt
+    /// timeout, the chain's `max_elapsed` budget and the caller's deadline;
+    /// `Break` when the budget or the deadline ends the chain.
+    ///
+    /// The same rules as the runtime's `Retry` executor: an attempt that
+    /// has no deadline and no timeout reads no clock until it is first
+    /// pending, and is then cut by the budget.
     async fn run<Fut, T, E>(&mut self, attempt: Fut) -> ControlFlow<Result<T, E>, Result<T, E>>
     where
         Fut: Future<Output = Result<T, E>>,
         E: FromRuntimeError,
     {
-        self.attempt += 1;
         let deadline = deadline::current();
         let timeout = self.policy.attempt_timeout();
-        if deadline.is_none() && timeout.is_none() {
-            // The common case reads no clock unless the attempt has to wait,
-            // so `max_elapsed` still covers an attempt that takes time.
-            let mut attempt = pin!(attempt);
-            let start = &mut self.start;
-            let result = std::future::poll_fn(|cx| {
-                let poll = attempt.as_mut().poll(cx);
-                if poll.is_pending() && start.is_none() {
-                    *start = Some(Instant::now());
+        let max_elapsed = self.policy.max_elapsed();
+        let mut timer = pin!(None::<Sleep>);
+        let mut role = Timer::None;
+        if deadline.is_some() || timeout.is_some() || self.start.is_some() {
+            let now = Instant::now();
+            let start = *self.start.get_or_insert(now);
+            if deadline.is_some_and(|deadline| deadline <= now) {
+                return ControlFlow::Break(Err(self.deadline_passed()));
+            }
+            // On a tie the caller's deadline wins, then the whole budget.
+            let mut until = (start + max_elapsed, Timer::Budget);
+            if let Some(timeout) = timeout {
+                if now + timeout < until.0 {
+                    until = (now + timeout, Timer::AttemptTimeout(timeout));
                 }
-                poll
-            })
-            .await;
-            return ControlFlow::Continue(result);
+            }
+            if let Some(deadline) = deadline {
+                if deadline <= until.0 {
+                    until = (deadline, Timer::Deadline);
+                }
+            }
+            timer.set(Some(tokio::time::sleep_until(until.0)));
+            role = until.1;
         }
-        let now = Instant::now();
-        self.start.get_or_insert(now);
-        let by_timeout = timeout.map(|timeout| now + timeout);
-        let (until, is_deadline) = match (by_timeout, deadline) {
-            (Some(at), Some(deadline)) if at < deadline => (at, false),
-            (_, Some(deadline)) => (deadline, true),
-            (Some(at), None) => (at, false),
-            (None, None) => unreachable!("handled above"),
-        };
-        if is_deadline && until <= now {
-            return ControlFlow::Break(Err(self.deadline_passed()));
-        }
-        match tokio::time::timeout_at(until, attempt).await {
-            Ok(result) => ControlFlow::Continue(result),
-            Err(_) if is_deadline => ControlFlow::Break(Err(self.deadline_passed())),
-            Err(_) => ControlFlow::Continue(Err(E::from(Error::AttemptTimeout(
-                timeout.unwrap_or_default(),
-            )))),
+        self.attempt += 1;
+        let mut attempt = pin!(attempt);
+        let fired = std::future::poll_fn(|cx| {
+            if let Poll::Ready(result) = attempt.as_mut().poll(cx) {
+                return Poll::Ready(Ok(result));
+            }
+            if role == Timer::None {
+                let start = *self.start.get_or_insert_with(Instant::now);
+                timer.set(Some(tokio::time::sleep_until(start + max_elapsed)));
+                role = Timer::Budget;
+            }
+            match timer.as_mut().as_pin_mut() {
+                Some(sleep) => sleep.poll(cx).map(Err),
+                None => Poll::Pending,
+            }
+        })
+        .await;
+        match (fired, role) {
+            (Ok(result), _) => ControlFlow::Continue(result),
+            (Err(()), Timer::AttemptTimeout(timeout)) => {
+                ControlFlow::Continue(Err(E::from(Error::AttemptTimeout(timeout))))
+            }
+            (Err(()), Timer::Deadline) => ControlFlow::Break(Err(self.deadline_passed())),
+            (Err(()), Timer::Budget | Timer::None) => {
+                let error = E::from(Error::BudgetExhausted(max_elapsed));
+                self.give_up(error, GiveUp::Elapsed)
+            }
         }
     }
 
@@ -239,11 +271,8 @@ impl<W> Chain<W> {
             .saturating_sub(now.saturating_duration_since(start));
         let deadline_left = deadline::current().map(|at| at.saturating_duration_since(now));
         if deadline_left.is_some_and(|left| left <= budget_left && delay >= left) {
-            self.notify(&Event::GaveUp {
-                attempt,
-                error: &error,
-                reason: GiveUp::Deadline,
-            });
+            // The hook sees the real error; the caller learns why we stopped.
+            let _ = self.give_up::<T, E, ()>(error, GiveUp::Deadline);
             return ControlFlow::Break(Err(E::from(Error::DeadlineExceeded)));
         }
         if delay >= budget_left {
@@ -260,7 +289,7 @@ impl<W> Chain<W> {
         ControlFlow::Continue(())
     }
 
-    fn give_up<T, E>(&mut self, error: E, reason: GiveUp) -> ControlFlow<Result<T, E>> {
+    fn give_up<T, E, C>(&mut self, error: E, reason: GiveUp) -> ControlFlow<Result<T, E>, C> {
         self.notify(&Event::GaveUp {
             attempt: self.attempt,
             error: &error,
