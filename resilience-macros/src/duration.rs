@@ -131,7 +131,7 @@ mod tests {
     fn displays_the_shortest_exact_form() {
         assert_eq!(display(Duration::from_millis(100)), "100ms");
         assert_eq!(display(Duration::from_secs(120)), "2m");
-        assert_eq!(display(Duration::from_millis(1500)), "1.5s");
+        assert_eq!(display(Duration::from_millis(1500)), "1500ms");
         assert_eq!(display(Duration::from_nanos(7)), "7ns");
     }
 }
