@@ -91,14 +91,16 @@ pub(crate) fn expand(plan: Plan<'_>) -> TokenStream {
             };
             // Trait errors on the error type (not `Classify`, not
             // `From<resilience::Error>`) point at the user's `E`.
-            let attempt_fn = quote_spanned!(error_span=> attempt);
+            let run = quote_spanned! {error_span=>
+                __resilience_chain.attempt(__resilience_attempt).await
+            };
             quote! {
                 static __RESILIENCE_RETRY: ::resilience::__private::RetrySite =
                     ::resilience::__private::RetrySite::new(#name, #policy);
                 let mut __resilience_chain = #chain;
                 loop {
                     let __resilience_attempt = #attempt;
-                    match __resilience_chain.#attempt_fn(__resilience_attempt).await {
+                    match #run {
                         ::core::ops::ControlFlow::Break(__resilience_result) => break __resilience_result,
                         ::core::ops::ControlFlow::Continue(()) => {}
                     }
@@ -134,10 +136,13 @@ pub(crate) fn expand(plan: Plan<'_>) -> TokenStream {
                 }
             }
             None => {
-                let call = quote_spanned!(error_span=> ::resilience::__private::breaker);
+                let call = quote_spanned! {error_span=>
+                    ::resilience::__private::breaker(&__RESILIENCE_BREAKER, __resilience_inner).await
+                };
                 quote! {
                     #site
-                    #call(&__RESILIENCE_BREAKER, #inner).await
+                    let __resilience_inner = #inner;
+                    #call
                 }
             }
         };

@@ -50,10 +50,10 @@ pub(crate) fn params(sig: &mut Signature, copies: bool) -> Params {
                 params.self_by_value = true;
                 let copy = format_ident!("{}", SELF_COPY);
                 let mutability = receiver.mutability.take();
-                let clone = quote_spanned!(receiver.ty.span()=> ::resilience::__private::clone_arg);
+                let clone = clone_arg(&receiver.ty, quote!(self));
                 params
                     .per_attempt
-                    .push(quote!(let #mutability #copy = #clone(&self);));
+                    .push(quote!(let #mutability #copy = #clone;));
             }
             FnArg::Typed(typed) => {
                 let before = typed.attrs.len();
@@ -70,10 +70,10 @@ pub(crate) fn params(sig: &mut Signature, copies: bool) -> Params {
                         params.forward.push(quote!(#name));
                         if copies && !is_reference {
                             let mutability = ident.mutability.take();
-                            let clone = quote_spanned!(typed.ty.span()=> ::resilience::__private::clone_arg);
+                            let clone = clone_arg(&typed.ty, quote!(#name));
                             params
                                 .per_attempt
-                                .push(quote!(let #mutability #name = #clone(&#name);));
+                                .push(quote!(let #mutability #name = #clone;));
                         }
                     }
                     pat => {
@@ -89,8 +89,8 @@ pub(crate) fn params(sig: &mut Signature, copies: bool) -> Params {
                                     quote!(let #pat = #name;)
                                 }
                             } else {
-                                let clone = quote_spanned!(typed.ty.span()=> ::resilience::__private::clone_arg);
-                                quote!(let #pat = #clone(&#name);)
+                                let clone = clone_arg(&typed.ty, quote!(#name));
+                                quote!(let #pat = #clone;)
                             };
                             params.per_attempt.push(binding);
                         }
@@ -101,6 +101,17 @@ pub(crate) fn params(sig: &mut Signature, copies: bool) -> Params {
         }
     }
     params
+}
+
+/// `clone_arg::<Ty>(&name)`, spanned on the parameter's type so that a type
+/// that is not `Clone` is reported there. An `impl Trait` cannot be named
+/// in a turbofish and is left to inference.
+fn clone_arg(ty: &Type, name: TokenStream) -> TokenStream {
+    if contains_impl_trait(ty) {
+        quote_spanned!(ty.span()=> ::resilience::__private::clone_arg(&#name))
+    } else {
+        quote_spanned!(ty.span()=> ::resilience::__private::clone_arg::<#ty>(&#name))
+    }
 }
 
 /// `IdempotencyKey`, `&IdempotencyKey` or a path ending in it.

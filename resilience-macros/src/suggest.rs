@@ -10,7 +10,7 @@ pub(crate) fn did_you_mean<'a>(
     let limit = (typo.chars().count() / 3).max(1);
     candidates
         .into_iter()
-        .map(|candidate| (distance(&typo, candidate), candidate))
+        .map(|candidate| (distance(&typo, &candidate.to_ascii_lowercase()), candidate))
         .filter(|&(distance, _)| distance <= limit)
         .min_by_key(|&(distance, _)| distance)
         .map(|(_, candidate)| candidate)
