@@ -10,11 +10,12 @@
 
 use std::future::Future;
 use std::ops::ControlFlow;
-use std::pin::pin;
+use std::pin::Pin;
 use std::sync::OnceLock;
-use std::task::Poll;
+use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
+use pin_project_lite::pin_project;
 use resilience_runtime::Error;
 use resilience_runtime::deadline;
 use resilience_runtime::retry::{Classify, Event, GiveUp, LazyRng, Policy, PolicyBuilder, Verdict};
@@ -109,115 +110,206 @@ impl<W> Chain<W> {
 }
 
 impl Chain<ByClassify> {
-    /// Runs one attempt, then either ends the chain with its result or
-    /// pauses before the next one.
+    /// Runs one attempt, then either ends the chain with its result
+    /// (`Break`) or pauses before the next attempt (`Continue`).
     #[inline]
-    pub async fn attempt<Fut, T, E>(&mut self, attempt: Fut) -> ControlFlow<Result<T, E>>
+    pub fn attempt<Fut, T, E>(&mut self, attempt: Fut) -> Attempt<'_, Fut, ByClassify>
     where
         Fut: Future<Output = Result<T, E>>,
         E: Classify + FromRuntimeError,
     {
-        let result = self.run(attempt).await?;
-        match result {
-            Ok(value) => self.succeeded(value),
-            Err(error) => {
-                let verdict = error.classify();
-                self.failed(error, verdict).await
-            }
-        }
+        Attempt::new(self, attempt)
     }
 }
 
 impl<W> Chain<Custom<W>> {
     /// Like [`Chain::attempt`], with the site's own classifier.
     #[inline]
-    pub async fn attempt<Fut, T, E, V>(&mut self, attempt: Fut) -> ControlFlow<Result<T, E>>
+    pub fn attempt<Fut, T, E, V>(&mut self, attempt: Fut) -> Attempt<'_, Fut, Custom<W>>
     where
         Fut: Future<Output = Result<T, E>>,
         E: FromRuntimeError,
         W: FnMut(&E) -> V,
         V: Into<Verdict>,
     {
-        let result = self.run(attempt).await?;
-        match result {
-            Ok(value) => self.succeeded(value),
-            Err(error) => {
-                let verdict = (self.when.0)(&error).into();
-                self.failed(error, verdict).await
-            }
+        Attempt::new(self, attempt)
+    }
+}
+
+/// How a chain classifies errors: [`ByClassify`] or [`Custom`].
+pub trait Judge<E> {
+    /// The verdict on `error`.
+    fn judge(&mut self, error: &E) -> Verdict;
+}
+
+impl<E: Classify> Judge<E> for ByClassify {
+    #[inline]
+    fn judge(&mut self, error: &E) -> Verdict {
+        error.classify()
+    }
+}
+
+impl<E, W, V> Judge<E> for Custom<W>
+where
+    W: FnMut(&E) -> V,
+    V: Into<Verdict>,
+{
+    #[inline]
+    fn judge(&mut self, error: &E) -> Verdict {
+        (self.0)(error).into()
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stage {
+    Start,
+    Running,
+    Pausing,
+}
+
+pin_project! {
+    /// One attempt of a chain and the pause after it, if any.
+    ///
+    /// The same rules as the runtime's `Retry` executor: an attempt runs
+    /// under whichever comes first of the per-attempt timeout, the chain's
+    /// `max_elapsed` budget and the caller's deadline; one that has none of
+    /// these reads no clock until it is first pending, and is then cut by
+    /// the budget. A hand-written future, because the success path is what
+    /// every call pays for.
+    #[must_use = "an attempt does nothing unless `.await`ed"]
+    pub struct Attempt<'a, Fut, W> {
+        chain: &'a mut Chain<W>,
+        stage: Stage,
+        role: Timer,
+        #[pin]
+        fut: Option<Fut>,
+        #[pin]
+        timer: Option<Sleep>,
+    }
+}
+
+impl<Fut, W> std::fmt::Debug for Attempt<'_, Fut, W> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Attempt")
+            .field("attempt", &self.chain.attempt)
+            .field("stage", &self.stage)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<'a, Fut, W> Attempt<'a, Fut, W> {
+    #[inline]
+    fn new(chain: &'a mut Chain<W>, fut: Fut) -> Self {
+        Attempt {
+            chain,
+            stage: Stage::Start,
+            role: Timer::None,
+            fut: Some(fut),
+            timer: None,
         }
     }
 }
 
-impl<W> Chain<W> {
-    /// Runs the attempt under whichever comes first of the per-attempt
-    /// timeout, the chain's `max_elapsed` budget and the caller's deadline;
-    /// `Break` when the budget or the deadline ends the chain.
-    ///
-    /// The same rules as the runtime's `Retry` executor: an attempt that
-    /// has no deadline and no timeout reads no clock until it is first
-    /// pending, and is then cut by the budget.
-    async fn run<Fut, T, E>(&mut self, attempt: Fut) -> ControlFlow<Result<T, E>, Result<T, E>>
-    where
-        Fut: Future<Output = Result<T, E>>,
-        E: FromRuntimeError,
-    {
-        let deadline = deadline::current();
-        let timeout = self.policy.attempt_timeout();
-        let max_elapsed = self.policy.max_elapsed();
-        let mut timer = pin!(None::<Sleep>);
-        let mut role = Timer::None;
-        if deadline.is_some() || timeout.is_some() || self.start.is_some() {
-            let now = Instant::now();
-            let start = *self.start.get_or_insert(now);
-            if deadline.is_some_and(|deadline| deadline <= now) {
-                return ControlFlow::Break(Err(self.deadline_passed()));
-            }
-            // On a tie the caller's deadline wins, then the whole budget.
-            let mut until = (start + max_elapsed, Timer::Budget);
-            if let Some(timeout) = timeout {
-                if now + timeout < until.0 {
-                    until = (now + timeout, Timer::AttemptTimeout(timeout));
-                }
-            }
-            if let Some(deadline) = deadline {
-                if deadline <= until.0 {
-                    until = (deadline, Timer::Deadline);
-                }
-            }
-            timer.set(Some(tokio::time::sleep_until(until.0)));
-            role = until.1;
-        }
-        self.attempt += 1;
-        let mut attempt = pin!(attempt);
-        let fired = std::future::poll_fn(|cx| {
-            if let Poll::Ready(result) = attempt.as_mut().poll(cx) {
-                return Poll::Ready(Ok(result));
-            }
-            if role == Timer::None {
-                let start = *self.start.get_or_insert_with(Instant::now);
-                timer.set(Some(tokio::time::sleep_until(start + max_elapsed)));
-                role = Timer::Budget;
-            }
-            match timer.as_mut().as_pin_mut() {
-                Some(sleep) => sleep.poll(cx).map(Err),
-                None => Poll::Pending,
-            }
-        })
-        .await;
-        match (fired, role) {
-            (Ok(result), _) => ControlFlow::Continue(result),
-            (Err(()), Timer::AttemptTimeout(timeout)) => {
-                ControlFlow::Continue(Err(E::from(Error::AttemptTimeout(timeout))))
-            }
-            (Err(()), Timer::Deadline) => ControlFlow::Break(Err(self.deadline_passed())),
-            (Err(()), Timer::Budget | Timer::None) => {
-                let error = E::from(Error::BudgetExhausted(max_elapsed));
-                self.give_up(error, GiveUp::Elapsed)
-            }
-        }
+fn arm(mut timer: Pin<&mut Option<Sleep>>, at: Instant) {
+    match timer.as_mut().as_pin_mut() {
+        Some(sleep) => sleep.reset(at),
+        None => timer.set(Some(tokio::time::sleep_until(at))),
     }
+}
 
+impl<Fut, T, E, W> Future for Attempt<'_, Fut, W>
+where
+    Fut: Future<Output = Result<T, E>>,
+    E: FromRuntimeError,
+    W: Judge<E>,
+{
+    type Output = ControlFlow<Result<T, E>>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let mut this = self.project();
+        let chain = &mut **this.chain;
+        if *this.stage == Stage::Start {
+            *this.stage = Stage::Running;
+            let deadline = deadline::current();
+            let timeout = chain.policy.attempt_timeout();
+            if deadline.is_some() || timeout.is_some() || chain.start.is_some() {
+                let now = Instant::now();
+                let start = *chain.start.get_or_insert(now);
+                if deadline.is_some_and(|deadline| deadline <= now) {
+                    this.fut.set(None);
+                    return Poll::Ready(ControlFlow::Break(Err(chain.deadline_passed())));
+                }
+                // On a tie the caller's deadline wins, then the whole budget.
+                let mut until = (start + chain.policy.max_elapsed(), Timer::Budget);
+                if let Some(timeout) = timeout {
+                    if now + timeout < until.0 {
+                        until = (now + timeout, Timer::AttemptTimeout(timeout));
+                    }
+                }
+                if let Some(deadline) = deadline {
+                    if deadline <= until.0 {
+                        until = (deadline, Timer::Deadline);
+                    }
+                }
+                arm(this.timer.as_mut(), until.0);
+                *this.role = until.1;
+            }
+            chain.attempt += 1;
+        }
+        if *this.stage == Stage::Running {
+            let Some(fut) = this.fut.as_mut().as_pin_mut() else {
+                panic!("`Attempt` polled after it completed");
+            };
+            let result = match fut.poll(cx) {
+                Poll::Ready(result) => result,
+                Poll::Pending => {
+                    if *this.role == Timer::None {
+                        let start = *chain.start.get_or_insert_with(Instant::now);
+                        arm(this.timer.as_mut(), start + chain.policy.max_elapsed());
+                        *this.role = Timer::Budget;
+                    }
+                    if let Some(timer) = this.timer.as_mut().as_pin_mut() {
+                        ready!(timer.poll(cx));
+                    }
+                    // The timer fired: drop the attempt in flight.
+                    this.fut.set(None);
+                    match *this.role {
+                        Timer::AttemptTimeout(timeout) => {
+                            Err(E::from(Error::AttemptTimeout(timeout)))
+                        }
+                        Timer::Deadline => {
+                            return Poll::Ready(ControlFlow::Break(Err(chain.deadline_passed())));
+                        }
+                        Timer::Budget | Timer::None => {
+                            let error = E::from(Error::BudgetExhausted(chain.policy.max_elapsed()));
+                            return Poll::Ready(chain.give_up(error, GiveUp::Elapsed));
+                        }
+                    }
+                }
+            };
+            // Drop the finished attempt before pausing.
+            this.fut.set(None);
+            let error = match result {
+                Ok(value) => return Poll::Ready(chain.succeeded(value)),
+                Err(error) => error,
+            };
+            let verdict = chain.when.judge(&error);
+            match chain.failed(error, verdict) {
+                ControlFlow::Break(done) => return Poll::Ready(ControlFlow::Break(done)),
+                ControlFlow::Continue(until) => {
+                    arm(this.timer.as_mut(), until);
+                    *this.stage = Stage::Pausing;
+                }
+            }
+        }
+        if let Some(timer) = this.timer.as_mut().as_pin_mut() {
+            ready!(timer.poll(cx));
+        }
+        Poll::Ready(ControlFlow::Continue(()))
+    }
+}
+
+impl<W> Chain<W> {
     fn deadline_passed<E: FromRuntimeError>(&mut self) -> E {
         let error = E::from(Error::DeadlineExceeded);
         self.notify(&Event::GaveUp {
@@ -239,11 +331,11 @@ impl<W> Chain<W> {
     /// The rules of the runtime's executor: stop on a permanent error, on
     /// the last attempt, when the pause would cross `max_elapsed` or the
     /// caller's deadline; otherwise pause.
-    async fn failed<T, E: FromRuntimeError>(
+    fn failed<T, E: FromRuntimeError>(
         &mut self,
         error: E,
         verdict: Verdict,
-    ) -> ControlFlow<Result<T, E>> {
+    ) -> ControlFlow<Result<T, E>, Instant> {
         let attempt = self.attempt;
         let stop = if !verdict.is_retryable() {
             Some(GiveUp::Permanent)
@@ -272,7 +364,7 @@ impl<W> Chain<W> {
         let deadline_left = deadline::current().map(|at| at.saturating_duration_since(now));
         if deadline_left.is_some_and(|left| left <= budget_left && delay >= left) {
             // The hook sees the real error; the caller learns why we stopped.
-            let _ = self.give_up::<T, E, ()>(error, GiveUp::Deadline);
+            let _ = self.give_up::<T, E, Instant>(error, GiveUp::Deadline);
             return ControlFlow::Break(Err(E::from(Error::DeadlineExceeded)));
         }
         if delay >= budget_left {
@@ -284,9 +376,7 @@ impl<W> Chain<W> {
             error: &error,
             verdict,
         });
-        drop(error);
-        tokio::time::sleep_until(now + delay).await;
-        ControlFlow::Continue(())
+        ControlFlow::Continue(now + delay)
     }
 
     fn give_up<T, E, C>(&mut self, error: E, reason: GiveUp) -> ControlFlow<Result<T, E>, C> {

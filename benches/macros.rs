@@ -1,0 +1,68 @@
+//! What the macros cost on the success path: the code `#[retry]` generates
+//! against calling the runtime by hand, and a fn with both attributes whose
+//! first attempt succeeds against the bare fn.
+//!
+//! `cargo bench --bench macros -- --warm-up-time 1 --measurement-time 3`
+
+use std::future::Future;
+use std::hint::black_box;
+use std::pin::pin;
+use std::task::{Context, Poll, Waker};
+
+use criterion::{Criterion, criterion_group, criterion_main};
+use resilience::retry;
+use resilience::retry::Policy;
+
+type Error = std::io::Error;
+
+#[inline(never)]
+async fn get_user(id: u64) -> Result<u64, Error> {
+    Ok(black_box(id) + 1)
+}
+
+// The same body, expanded by the macro.
+#[inline(never)]
+#[retry(max = 3, initial = "100ms")]
+async fn get_user_retried(id: u64) -> Result<u64, Error> {
+    Ok(black_box(id) + 1)
+}
+
+// What a careful user writes without the macro: a policy resolved once,
+// the runtime's executor around the same body.
+#[inline(never)]
+async fn get_user_by_hand(id: u64) -> Result<u64, Error> {
+    static POLICY: std::sync::OnceLock<Policy> = std::sync::OnceLock::new();
+    let policy = *POLICY.get_or_init(|| {
+        Policy::builder()
+            .with_max_attempts(3)
+            .build()
+            .expect("a valid policy")
+    });
+    policy.retry(|| async move { Ok(black_box(id) + 1) }).await
+}
+
+// Polls a future that is ready at its first poll, without an executor's
+// own costs in the measurement.
+#[inline(always)]
+fn poll_once<F: Future>(fut: F) -> F::Output {
+    let mut cx = Context::from_waker(Waker::noop());
+    match pin!(fut).poll(&mut cx) {
+        Poll::Ready(out) => out,
+        Poll::Pending => unreachable!("the benchmarked future is always ready"),
+    }
+}
+
+fn retry_success_path(c: &mut Criterion) {
+    let mut group = c.benchmark_group("macros/first-attempt-succeeds");
+    group.bench_function("bare fn", |b| b.iter(|| poll_once(get_user(black_box(7)))));
+    group.bench_function("runtime by hand (Policy::retry)", |b| {
+        b.iter(|| poll_once(get_user_by_hand(black_box(7))))
+    });
+    group.bench_function("#[retry]", |b| {
+        b.iter(|| poll_once(get_user_retried(black_box(7))))
+    });
+    group.finish();
+}
+
+criterion_group!(benches, retry_success_path);
+criterion_main!(benches);
