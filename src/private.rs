@@ -12,12 +12,15 @@ use std::future::Future;
 use std::ops::ControlFlow;
 use std::pin::Pin;
 use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
 use pin_project_lite::pin_project;
 use resilience_runtime::Error;
+use resilience_runtime::breaker::{BreakerConfig, Call, CircuitBreaker};
 use resilience_runtime::deadline;
+use resilience_runtime::registry;
 use resilience_runtime::retry::{Classify, Event, GiveUp, LazyRng, Policy, PolicyBuilder, Verdict};
 use tokio::time::{Instant, Sleep};
 
@@ -45,10 +48,13 @@ impl RetrySite {
         self.name
     }
 
-    /// The policy in force, resolved on the first call.
+    /// The policy in force: resolved on the first call from the global
+    /// registry (the config file, then the code, then the attribute).
     #[inline]
     pub fn policy(&self) -> Policy {
-        *self.policy.get_or_init(|| self.defaults.build_unchecked())
+        *self
+            .policy
+            .get_or_init(|| registry::global().policy(self.name, self.defaults))
     }
 }
 
@@ -415,6 +421,101 @@ impl<W> Chain<W> {
             }
             _ => {}
         }
+    }
+}
+
+/// The circuit breaker of one `#[circuit_breaker]` call site.
+#[derive(Debug)]
+pub struct BreakerSite {
+    name: &'static str,
+    defaults: BreakerConfig,
+    breaker: OnceLock<&'static CircuitBreaker>,
+    fallbacks: AtomicU64,
+}
+
+impl BreakerSite {
+    /// A site for the breaker `name`, whose attribute asked for `defaults`
+    /// (checked at compile time).
+    pub const fn new(name: &'static str, defaults: BreakerConfig) -> Self {
+        Self {
+            name,
+            defaults,
+            breaker: OnceLock::new(),
+            fallbacks: AtomicU64::new(0),
+        }
+    }
+
+    /// The breaker, shared by every site with the same name: resolved on
+    /// the first call from the global registry.
+    #[inline]
+    pub fn get(&self) -> &'static CircuitBreaker {
+        self.breaker
+            .get_or_init(|| registry::global().breaker(self.name, self.defaults))
+    }
+
+    /// How many calls at this site were answered by the fallback.
+    pub fn fallbacks(&self) -> u64 {
+        self.fallbacks.load(Ordering::Relaxed)
+    }
+}
+
+/// One logical call through the site's breaker: the whole retry chain
+/// inside counts once.
+#[inline]
+pub fn breaker<Fut, T, E>(site: &'static BreakerSite, call: Fut) -> Call<'static, Fut>
+where
+    Fut: Future<Output = Result<T, E>>,
+    E: Classify + FromRuntimeError,
+{
+    site.get().call(call)
+}
+
+/// What a call with a fallback came to.
+#[derive(Debug)]
+pub enum Outcome<R> {
+    /// The call ran and its result stands.
+    Done(R),
+    /// The breaker rejected the call, or it failed with a transient error
+    /// (after its retries, if any): the fallback answers.
+    Fallback,
+}
+
+/// Like [`breaker`], for a site with a fallback: says when the fallback
+/// must answer instead (logged at WARN and counted).
+pub async fn breaker_or_fallback<Fut, T, E>(
+    site: &'static BreakerSite,
+    call: Fut,
+) -> Outcome<Result<T, E>>
+where
+    Fut: Future<Output = Result<T, E>>,
+    E: Classify + FromRuntimeError,
+{
+    let breaker = site.get();
+    let permit = match breaker.try_acquire() {
+        Ok(permit) => permit,
+        Err(down) => {
+            site.fallbacks.fetch_add(1, Ordering::Relaxed);
+            tracing::warn!(
+                breaker = site.name,
+                state = down.state(),
+                "dependency down: the fallback answers"
+            );
+            return Outcome::Fallback;
+        }
+    };
+    let result = call.await;
+    permit.record(&result);
+    match &result {
+        Err(error) if error.classify().is_retryable() => {
+            site.fallbacks.fetch_add(1, Ordering::Relaxed);
+            tracing::warn!(
+                breaker = site.name,
+                reason = error.reason().map_or("unknown", |reason| reason.as_str()),
+                "call failed with a transient error: the fallback answers"
+            );
+            Outcome::Fallback
+        }
+        _ => Outcome::Done(result),
     }
 }
 

@@ -32,6 +32,7 @@ pub(crate) fn expand(args: TokenStream, input: TokenStream) -> TokenStream {
 
     // Take the `#[retry]` below, if any, and expand it here.
     let mut retry = None;
+    let mut passed: Vec<syn::Attribute> = Vec::new();
     let mut kept = Vec::with_capacity(item.attrs.len());
     for attr in std::mem::take(&mut item.attrs) {
         if !validate::is_attribute(&attr, "retry") {
@@ -59,6 +60,10 @@ pub(crate) fn expand(args: TokenStream, input: TokenStream) -> TokenStream {
         let args = args::parse_retry(tokens, &mut errors);
         validate::retry(&args, &mut errors);
         retry = Some(args);
+        // Keep the user's path to `retry` in the output, so that its import
+        // stays used; the marker makes that expansion a no-op.
+        let path = attr.path();
+        passed.push(syn::parse_quote!(#[#path(__resilience_expanded)]));
     }
     item.attrs = kept;
 
@@ -80,6 +85,7 @@ pub(crate) fn expand(args: TokenStream, input: TokenStream) -> TokenStream {
             errors.push(err);
         }
     }
+    rewritten.attrs.extend(passed);
     let result = match result {
         Ok(result) if errors.len() == 0 => result,
         Ok(_) => return item::with_errors(item, errors),

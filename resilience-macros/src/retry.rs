@@ -8,7 +8,13 @@ use crate::errors::Errors;
 use crate::expand::{self, Plan};
 use crate::{args, idempotency, item, sig, validate};
 
+/// What `#[circuit_breaker]` leaves in place of the `#[retry]` it expanded.
+const EXPANDED: &str = "__resilience_expanded";
+
 pub(crate) fn expand(args: TokenStream, input: TokenStream) -> TokenStream {
+    if is_marker(&args) {
+        return input;
+    }
     let mut errors = Errors::default();
     let item: ItemFn = match item::parse(input, "retry") {
         Ok(item) => item,
@@ -58,4 +64,12 @@ pub(crate) fn expand(args: TokenStream, input: TokenStream) -> TokenStream {
         result,
     });
     quote!(#output)
+}
+
+fn is_marker(args: &TokenStream) -> bool {
+    let mut tokens = args.clone().into_iter();
+    matches!(
+        (tokens.next(), tokens.next()),
+        (Some(proc_macro2::TokenTree::Ident(ident)), None) if ident == EXPANDED
+    )
 }

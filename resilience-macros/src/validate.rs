@@ -162,11 +162,29 @@ pub(crate) fn breaker(args: &BreakerArgs, errors: &mut Errors) {
             ));
         }
     }
-    for (arg, key) in [(&args.window, "window"), (&args.cooldown, "cooldown")] {
+    let floors = [
+        (
+            &args.window,
+            "window",
+            Duration::from_millis(10),
+            "it is made of ten buckets of at least 1ms",
+            "60s",
+        ),
+        (
+            &args.cooldown,
+            "cooldown",
+            Duration::from_millis(1),
+            "an open breaker waits that long before it probes",
+            "30s",
+        ),
+    ];
+    for (arg, key, floor, why, default) in floors {
         if let Some(arg) = arg {
-            if arg.get().is_zero() {
+            if arg.get() < floor {
                 errors.push(arg.error(format!(
-                    "`{key} = \"0s\"` must be longer than zero\n  = help: the defaults are `window = \"60s\"` and `cooldown = \"30s\"`"
+                    "`{key} = \"{}\"` is shorter than {}: {why}\n  = help: the default is \"{default}\"",
+                    display(arg.get()),
+                    display(floor)
                 )));
             }
         }

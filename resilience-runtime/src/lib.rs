@@ -2,6 +2,10 @@
 //! everything that runs when a protected call runs.
 //!
 //! - [`retry`]: backoff with jitter, the classifier, the retry executor;
+//! - [`breaker`]: circuit breakers that stop calling a dependency that is
+//!   down;
+//! - [`registry`]: named breakers and retry policies, configured at startup
+//!   from code and from a TOML file;
 //! - [`deadline`]: the caller's deadline, scoped to a task;
 //! - [`idempotency`]: keys that make a retried POST safe.
 //!
@@ -11,11 +15,15 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 
+pub mod breaker;
 pub mod deadline;
 mod error;
 pub mod idempotency;
+pub mod registry;
 pub mod retry;
 
+pub use breaker::{BreakerConfig, CircuitBreaker};
 pub use error::{ConfigError, DependencyDown, Error};
 pub use idempotency::IdempotencyKey;
+pub use registry::Registry;
 pub use retry::{Classify, Policy, Verdict};

@@ -1,9 +1,10 @@
-//! Every fn shape `#[retry]` supports, compiled under `#![deny(warnings)]`.
+//! Every fn shape `#[retry]` and `#[circuit_breaker]` support, compiled
+//! under `#![deny(warnings)]`.
 #![deny(warnings)]
 
 use std::sync::Arc;
 
-use resilience::retry;
+use resilience::{circuit_breaker, retry};
 use resilience::{IdempotencyKey, retry::Verdict};
 
 type Error = std::io::Error;
@@ -127,6 +128,49 @@ async fn get_traced(id: u64) -> Result<u64, Error> {
     Ok(id)
 }
 
+#[circuit_breaker(name = "user", ratio = 0.5, min = 20)]
+#[retry(max = 3, initial = "100ms")]
+async fn get_user_protected(id: u64) -> Result<u64, Error> {
+    Ok(id)
+}
+
+#[circuit_breaker(
+    name = "payments",
+    preset = "critical",
+    window = "30s",
+    cooldown = "10s",
+    half_open = 2,
+    slow_call(threshold = "2s", ratio = 0.8)
+)]
+#[resilience::retry(method = "POST", preset = "http")]
+#[tracing::instrument(skip(key))]
+async fn pay(key: IdempotencyKey, amount: u64) -> Result<u64, Error> {
+    let _ = key;
+    Ok(amount)
+}
+
+#[circuit_breaker(name = "thumbnails", preset = "relaxed", fallback = placeholder)]
+async fn render_thumbnail(id: u64, size: &str) -> Result<String, Error> {
+    Ok(format!("{id}@{size}"))
+}
+
+async fn placeholder(id: u64, size: &str) -> Result<String, Error> {
+    Ok(format!("placeholder {id}@{size}"))
+}
+
+impl Client {
+    #[circuit_breaker(name = "user", fallback = Self::get_cached)]
+    #[retry]
+    async fn get_name(&mut self, id: u64) -> Result<String, Error> {
+        self.calls += 1;
+        Ok(format!("{}/{id}", self.base))
+    }
+
+    async fn get_cached(&mut self, id: u64) -> Result<String, Error> {
+        Ok(format!("cached/{id}"))
+    }
+}
+
 fn assert_send<T: Send>(_: &T) {}
 
 fn main() {
@@ -157,7 +201,13 @@ fn main() {
         assert_eq!(Arc::new(client.clone()).get_shared().await.unwrap(), 16);
         let mut client = client;
         assert_eq!(client.put_counter(2).await.unwrap(), 2);
-        assert_eq!(client.get_owned().await.unwrap().len(), 16);
         assert_eq!(get_traced(4).await.unwrap(), 4);
+        assert_send(&get_user_protected(1));
+        assert_send(&pay(IdempotencyKey::new(), 1));
+        assert_eq!(get_user_protected(5).await.unwrap(), 5);
+        assert_eq!(pay(IdempotencyKey::new(), 9).await.unwrap(), 9);
+        assert_eq!(render_thumbnail(1, "s").await.unwrap(), "1@s");
+        assert_eq!(client.get_name(3).await.unwrap(), "http://127.0.0.1/3");
+        assert_eq!(client.get_owned().await.unwrap().len(), 16);
     });
 }

@@ -1,0 +1,365 @@
+//! What a breaker counts and when it trips: [`BreakerConfig`].
+
+use std::time::Duration;
+
+use crate::error::ConfigError;
+
+/// How much history the breaker looks at when it decides to trip.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Window {
+    /// The calls of the last `Duration`, in ten buckets: a failure leaves
+    /// the window one bucket (a tenth of the window) at a time, so old
+    /// failures age out smoothly rather than all at once.
+    Time(Duration),
+    /// The last `n` calls, in ten buckets of `n / 10` calls (rounded up).
+    Count(u32),
+}
+
+/// Slow calls: a call that succeeds but takes `threshold` or longer counts
+/// as slow, and the breaker trips when slow calls reach `ratio` of the
+/// window (with at least `min` calls), as in resilience4j.
+///
+/// A breaker with a slow-call rule reads the clock twice per call to time
+/// it; one without never reads the clock on its closed path.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SlowCall {
+    /// From this duration on, a call is slow.
+    pub threshold: Duration,
+    /// The share of slow calls, in `(0, 1]`, that trips the breaker.
+    pub ratio: f64,
+}
+
+/// When a [`CircuitBreaker`](super::CircuitBreaker) trips, how long it
+/// stays open and how it probes (SPEC §5).
+///
+/// The breaker trips (closed → open) when, inside the window, there were
+/// at least `min` calls AND failures are at least `ratio` of them. It
+/// stays open for `cooldown`, rejecting every call at once, then lets
+/// `half_open` probes through: all of them succeed → closed, one fails →
+/// open for another cooldown.
+///
+/// # Default
+///
+/// [`BreakerConfig::new`]: min 20 calls, ratio 0.5, a 60 s time window,
+/// 30 s cooldown, 1 probe, no slow-call rule. Presets
+/// [`critical`](Self::critical) (0.3 / 10) and [`relaxed`](Self::relaxed)
+/// (0.7 / 30) change only the ratio and the minimum.
+///
+/// # Example
+///
+/// ```
+/// use resilience_runtime::breaker::BreakerConfig;
+/// use std::time::Duration;
+///
+/// const PAYMENTS: BreakerConfig = BreakerConfig::critical()
+///     .with_cooldown(Duration::from_secs(10))
+///     .with_slow_call(Duration::from_secs(2), 0.8);
+/// PAYMENTS.validate()?;
+/// assert_eq!(PAYMENTS.failure_ratio(), 0.3);
+/// assert_eq!(PAYMENTS.min_requests(), 10);
+/// # Ok::<(), resilience_runtime::ConfigError>(())
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq)]
+#[must_use]
+pub struct BreakerConfig {
+    min_requests: u32,
+    failure_ratio: f64,
+    window: Window,
+    cooldown: Duration,
+    half_open: u32,
+    slow_call: Option<SlowCall>,
+}
+
+impl Default for BreakerConfig {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// The number of buckets a window is made of.
+pub(crate) const BUCKETS: usize = 10;
+
+impl BreakerConfig {
+    /// The SPEC defaults: min 20, ratio 0.5, window 60 s, cooldown 30 s,
+    /// 1 half-open probe.
+    pub const fn new() -> Self {
+        Self {
+            min_requests: 20,
+            failure_ratio: 0.5,
+            window: Window::Time(Duration::from_secs(60)),
+            cooldown: Duration::from_secs(30),
+            half_open: 1,
+            slow_call: None,
+        }
+    }
+
+    /// A critical dependency (user, auth): trips sooner, at 30 % failures
+    /// out of at least 10 calls.
+    pub const fn critical() -> Self {
+        Self::new().with_failure_ratio(0.3).with_min_requests(10)
+    }
+
+    /// A dependency the service can live without (thumbnails): trips at
+    /// 70 % failures out of at least 30 calls.
+    pub const fn relaxed() -> Self {
+        Self::new().with_failure_ratio(0.7).with_min_requests(30)
+    }
+
+    /// The least number of calls in the window before the breaker may trip
+    /// (`min`): five failures out of five calls say little.
+    pub const fn with_min_requests(mut self, min_requests: u32) -> Self {
+        self.min_requests = min_requests;
+        self
+    }
+
+    /// The share of failed calls, in `(0, 1]`, that trips the breaker
+    /// (`ratio`).
+    pub const fn with_failure_ratio(mut self, failure_ratio: f64) -> Self {
+        self.failure_ratio = failure_ratio;
+        self
+    }
+
+    /// A sliding time window of `window` (`window`), made of ten buckets.
+    pub const fn with_window(mut self, window: Duration) -> Self {
+        self.window = Window::Time(window);
+        self
+    }
+
+    /// A sliding window of the last `calls` calls (`window_calls`) instead
+    /// of a time window.
+    pub const fn with_count_window(mut self, calls: u32) -> Self {
+        self.window = Window::Count(calls);
+        self
+    }
+
+    /// How long the breaker stays open before it probes (`cooldown`).
+    pub const fn with_cooldown(mut self, cooldown: Duration) -> Self {
+        self.cooldown = cooldown;
+        self
+    }
+
+    /// How many probes half-open admits at once, and how many must succeed
+    /// in a row to close again (`half_open`).
+    pub const fn with_half_open(mut self, probes: u32) -> Self {
+        self.half_open = probes;
+        self
+    }
+
+    /// Counts calls taking `threshold` or longer as slow, and trips when
+    /// slow calls reach `ratio` of the window (`slow_call`, `slow_ratio`).
+    pub const fn with_slow_call(mut self, threshold: Duration, ratio: f64) -> Self {
+        self.slow_call = Some(SlowCall { threshold, ratio });
+        self
+    }
+
+    /// Removes the slow-call rule.
+    pub const fn without_slow_call(mut self) -> Self {
+        self.slow_call = None;
+        self
+    }
+
+    /// The least number of calls in the window before the breaker may trip.
+    pub const fn min_requests(&self) -> u32 {
+        self.min_requests
+    }
+
+    /// The share of failures that trips the breaker.
+    pub const fn failure_ratio(&self) -> f64 {
+        self.failure_ratio
+    }
+
+    /// The sliding window.
+    pub const fn window(&self) -> Window {
+        self.window
+    }
+
+    /// How long the breaker stays open.
+    pub const fn cooldown(&self) -> Duration {
+        self.cooldown
+    }
+
+    /// Concurrent probes in half-open, and successes needed to close.
+    pub const fn half_open(&self) -> u32 {
+        self.half_open
+    }
+
+    /// The slow-call rule, if any.
+    pub const fn slow_call(&self) -> Option<SlowCall> {
+        self.slow_call
+    }
+
+    /// Checks every value; the error names the field (as written in the
+    /// attribute and the config file) and the value.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        const WHAT: &str = "circuit breaker";
+        let ratio_ok = |r: f64| r > 0.0 && r <= 1.0;
+        if self.min_requests == 0 {
+            return Err(ConfigError::new(
+                WHAT,
+                "min",
+                0,
+                "at least one call is needed before the breaker may trip; the default is 20",
+            ));
+        }
+        if !ratio_ok(self.failure_ratio) {
+            return Err(ConfigError::new(
+                WHAT,
+                "ratio",
+                self.failure_ratio,
+                "the failure ratio is a fraction in (0, 1], e.g. 0.5",
+            ));
+        }
+        match self.window {
+            Window::Time(window) if window < Duration::from_millis(10) => {
+                return Err(ConfigError::new(
+                    WHAT,
+                    "window",
+                    format!("{window:?}"),
+                    "a time window is at least 10ms (ten buckets of 1ms, the timer's resolution); the default is 60s",
+                ));
+            }
+            Window::Count(calls) if calls < self.min_requests => {
+                return Err(ConfigError::new(
+                    WHAT,
+                    "window_calls",
+                    calls,
+                    format!(
+                        "a window of fewer calls than `min = {}` can never trip the breaker",
+                        self.min_requests
+                    ),
+                ));
+            }
+            _ => {}
+        }
+        if self.cooldown < Duration::from_millis(1) {
+            return Err(ConfigError::new(
+                WHAT,
+                "cooldown",
+                format!("{:?}", self.cooldown),
+                "an open breaker needs a cooldown of at least 1ms before it probes; the default is 30s",
+            ));
+        }
+        if self.half_open == 0 {
+            return Err(ConfigError::new(
+                WHAT,
+                "half_open",
+                0,
+                "half-open needs at least one probe, or the breaker could never close again",
+            ));
+        }
+        if let Some(slow) = self.slow_call {
+            if slow.threshold.is_zero() {
+                return Err(ConfigError::new(
+                    WHAT,
+                    "slow_call",
+                    "0s",
+                    "every call would be slow; give the duration from which a call is slow, e.g. \"2s\"",
+                ));
+            }
+            if !ratio_ok(slow.ratio) {
+                return Err(ConfigError::new(
+                    WHAT,
+                    "slow_ratio",
+                    slow.ratio,
+                    "the slow-call ratio is a fraction in (0, 1], e.g. 0.8",
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// The width of one bucket: in nanoseconds for a time window, in calls
+    /// for a count window.
+    pub(crate) fn bucket_width(&self) -> u64 {
+        match self.window {
+            Window::Time(window) => {
+                (window.as_nanos() / BUCKETS as u128).clamp(1, u64::MAX as u128) as u64
+            }
+            Window::Count(calls) => u64::from(calls.div_ceil(BUCKETS as u32)).max(1),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn presets_match_the_spec() {
+        let d = BreakerConfig::new();
+        assert_eq!(d.min_requests(), 20);
+        assert_eq!(d.failure_ratio(), 0.5);
+        assert_eq!(d.window(), Window::Time(Duration::from_secs(60)));
+        assert_eq!(d.cooldown(), Duration::from_secs(30));
+        assert_eq!(d.half_open(), 1);
+        assert_eq!(d.slow_call(), None);
+        assert_eq!(
+            (
+                BreakerConfig::critical().failure_ratio(),
+                BreakerConfig::critical().min_requests()
+            ),
+            (0.3, 10)
+        );
+        assert_eq!(
+            (
+                BreakerConfig::relaxed().failure_ratio(),
+                BreakerConfig::relaxed().min_requests()
+            ),
+            (0.7, 30)
+        );
+        for preset in [
+            BreakerConfig::new(),
+            BreakerConfig::critical(),
+            BreakerConfig::relaxed(),
+        ] {
+            preset.validate().unwrap();
+        }
+        assert_eq!(BreakerConfig::new().bucket_width(), 6_000_000_000);
+        assert_eq!(BreakerConfig::new().with_count_window(25).bucket_width(), 3);
+    }
+
+    #[test]
+    fn bad_values_are_named() {
+        let cases = [
+            (BreakerConfig::new().with_min_requests(0), "min", "0"),
+            (BreakerConfig::new().with_failure_ratio(0.0), "ratio", "0"),
+            (BreakerConfig::new().with_failure_ratio(1.5), "ratio", "1.5"),
+            (
+                BreakerConfig::new().with_failure_ratio(f64::NAN),
+                "ratio",
+                "NaN",
+            ),
+            (
+                BreakerConfig::new().with_window(Duration::from_millis(5)),
+                "window",
+                "5ms",
+            ),
+            (
+                BreakerConfig::new().with_count_window(10),
+                "window_calls",
+                "10",
+            ),
+            (
+                BreakerConfig::new().with_cooldown(Duration::ZERO),
+                "cooldown",
+                "0ns",
+            ),
+            (BreakerConfig::new().with_half_open(0), "half_open", "0"),
+            (
+                BreakerConfig::new().with_slow_call(Duration::ZERO, 0.5),
+                "slow_call",
+                "0s",
+            ),
+            (
+                BreakerConfig::new().with_slow_call(Duration::from_secs(1), 2.0),
+                "slow_ratio",
+                "2",
+            ),
+        ];
+        for (config, field, value) in cases {
+            let err = config.validate().unwrap_err();
+            assert_eq!((err.field(), err.value()), (field, value), "{err}");
+            assert_eq!(err.subject(), "circuit breaker");
+        }
+    }
+}

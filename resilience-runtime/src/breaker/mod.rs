@@ -1,0 +1,808 @@
+//! Circuit breakers: stop calling a dependency that is down (SPEC §5).
+//!
+//! A [`CircuitBreaker`] counts the outcomes of the calls it protects in a
+//! sliding window. When, inside the window, at least `min` calls were made
+//! and at least `ratio` of them failed, it trips: for `cooldown` every call
+//! is rejected at once with [`DependencyDown`], without running. Then it
+//! lets `half_open` probes through: success closes it, failure opens it for
+//! another cooldown.
+//!
+//! ```
+//! use resilience_runtime::breaker::{BreakerConfig, CircuitBreaker, State};
+//! use resilience_runtime::retry::{Classify, HttpStatus, Verdict};
+//!
+//! #[derive(Debug)]
+//! enum ClientError {
+//!     Status(u16),
+//!     Resilience(resilience_runtime::Error),
+//! }
+//! # impl From<resilience_runtime::Error> for ClientError {
+//! #     fn from(err: resilience_runtime::Error) -> Self { ClientError::Resilience(err) }
+//! # }
+//! # impl Classify for ClientError {
+//! #     fn classify(&self) -> Verdict {
+//! #         match self {
+//! #             ClientError::Status(code) => HttpStatus(*code).classify(),
+//! #             ClientError::Resilience(err) => err.classify(),
+//! #         }
+//! #     }
+//! # }
+//!
+//! # #[tokio::main(flavor = "current_thread", start_paused = true)]
+//! # async fn main() -> Result<(), resilience_runtime::ConfigError> {
+//! let breaker = CircuitBreaker::new("user", BreakerConfig::new())?;
+//! for _ in 0..20 {
+//!     let _ = breaker.call(async { Err::<(), _>(ClientError::Status(503)) }).await;
+//! }
+//! assert_eq!(breaker.state(), State::Open);
+//!
+//! // Open: rejected at once, the future is never polled.
+//! let err = breaker.call(async { Ok::<_, ClientError>(()) }).await.unwrap_err();
+//! assert_eq!(
+//!     format!("{err:?}"),
+//!     r#"Resilience(DependencyDown(DependencyDown { breaker: "user", state: "open" }))"#,
+//! );
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! # What counts as a failure
+//!
+//! The same classification as retry ([`Classify`], or a
+//! [`When`] predicate given to [`CircuitBreaker::call_with`]): a transient
+//! error counts against the dependency, a permanent one (a `404`, a
+//! unique violation) counts as a success, since it says nothing about the
+//! dependency's health. One `call` is one logical call, however many
+//! attempts the retry chain inside it makes (SPEC §5: caller → breaker →
+//! retry → transport).
+//!
+//! # Cost
+//!
+//! The closed path reads one shared word and adds one to a counter of a
+//! per-thread stripe: no lock, no allocation and no clock read. An open
+//! breaker rejects with one load. Time is tokio's clock, read only on the
+//! slow paths (failures, transitions) and by a small ticker task that
+//! advances the window at each bucket boundary; see [`CircuitBreaker`]
+//! for the details and `BENCHMARKS.md` for the figures.
+
+mod config;
+mod state;
+mod sync;
+#[cfg(not(loom))]
+mod ticker;
+mod window;
+
+#[cfg(all(test, loom))]
+mod loom_tests;
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use pin_project_lite::pin_project;
+use tokio::time::Instant;
+
+pub use config::{BreakerConfig, SlowCall, Window};
+pub use state::State;
+
+use self::state::{
+    CLOCK_BITS, CLOSED, FAST, FORCED, HALF_OPEN, KIND, NO_TICKER, OPEN, Probes, Word, later,
+};
+use self::sync::{Arc, AtomicU64, Ordering::*, RwLock};
+use self::window::{Counts, SlidingWindow};
+use crate::error::{ConfigError, DependencyDown, Error};
+use crate::retry::{ByClassify, Classify, When};
+
+type Hook = Box<dyn Fn(&'static str, State, State) + Send + Sync>;
+
+/// A word alone on its cache line, so that writes to its neighbours do not
+/// slow down the loads of every call.
+#[repr(align(64))]
+struct Padded<T>(T);
+
+/// A circuit breaker protecting one dependency.
+///
+/// Cloning gives another handle to the same breaker. Breakers are usually
+/// named and shared through the [`registry`](crate::registry), so that
+/// every call site naming `"user"` counts against the same breaker.
+///
+/// # Time
+///
+/// Time is tokio's clock ([`tokio::time::Instant`]), so tests pause it
+/// (`#[tokio::test(start_paused = true)]`) and stay deterministic. To keep
+/// the clock off the hot path, the first call made inside a Tokio runtime
+/// spawns a ticker task on it (one timer wake-up per bucket, i.e. every
+/// 6 s with the default window, and one at the end of each cooldown). A
+/// millisecond before each of those instants the ticker tells calls to
+/// read the clock themselves, so that a call landing exactly on a bucket
+/// boundary or on the end of the cooldown sees it, whichever task the
+/// paused clock wakes first. Outside a Tokio runtime (or once the runtime
+/// that ran the ticker shut down, until a call from another runtime starts
+/// a new one) every call reads the clock: correct, but slower.
+///
+/// # Example
+///
+/// ```
+/// use resilience_runtime::breaker::{BreakerConfig, CircuitBreaker, State};
+/// use std::time::Duration;
+///
+/// let breaker = CircuitBreaker::new(
+///     "thumbnails",
+///     BreakerConfig::relaxed().with_cooldown(Duration::from_secs(5)),
+/// )?;
+/// breaker.on_state_change(|name, from, to| println!("{name}: {from} → {to}"));
+/// assert_eq!(breaker.state(), State::Closed);
+/// # Ok::<(), resilience_runtime::ConfigError>(())
+/// ```
+#[derive(Clone)]
+pub struct CircuitBreaker {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    /// Read by every call; see [`state`] for the layout.
+    state: Padded<AtomicU64>,
+    name: &'static str,
+    config: BreakerConfig,
+    bucket_width: u64,
+    /// Nanoseconds since `origin` at which the cooldown ends.
+    open_until: AtomicU64,
+    probes: AtomicU64,
+    window: SlidingWindow,
+    origin: Instant,
+    hooks: RwLock<Vec<Hook>>,
+}
+
+/// How a call was let through.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Admission {
+    /// Counted in the window.
+    Closed,
+    /// A half-open probe of the given generation.
+    Probe(u32),
+}
+
+/// What became of a call; every one passes through
+/// [`CircuitBreaker::on_outcome`].
+#[derive(Debug, Clone, Copy)]
+enum Outcome {
+    /// The call completed: `failed` when its error was classified as the
+    /// dependency's fault, `slow` when the slow-call rule applies.
+    Done {
+        admission: Admission,
+        failed: bool,
+        slow: bool,
+    },
+    /// The call's future was dropped before it completed.
+    Cancelled(Admission),
+    /// The breaker rejected the call.
+    Rejected,
+}
+
+impl CircuitBreaker {
+    /// A closed breaker named `name` (the `target` label of its metrics and
+    /// the name carried by its rejections), after checking `config`.
+    pub fn new(name: &'static str, config: BreakerConfig) -> Result<Self, ConfigError> {
+        config
+            .validate()
+            .map_err(|err| err.with_subject(format!("circuit breaker `{name}`")))?;
+        Ok(Self::with_stripes(
+            name,
+            config,
+            SlidingWindow::default_stripes(),
+        ))
+    }
+
+    fn with_stripes(name: &'static str, config: BreakerConfig, stripes: usize) -> Self {
+        CircuitBreaker {
+            inner: Arc::new(Inner {
+                state: Padded(AtomicU64::new(Word::new(CLOSED, false, 0, NO_TICKER).0)),
+                name,
+                config,
+                bucket_width: config.bucket_width(),
+                open_until: AtomicU64::new(0),
+                probes: AtomicU64::new(0),
+                window: SlidingWindow::new(stripes),
+                origin: Instant::now(),
+                hooks: RwLock::new(Vec::new()),
+            }),
+        }
+    }
+
+    /// The breaker's name.
+    pub fn name(&self) -> &'static str {
+        self.inner.name
+    }
+
+    /// The configuration the breaker runs with (fixed at creation).
+    pub fn config(&self) -> &BreakerConfig {
+        &self.inner.config
+    }
+
+    /// The current state. An open breaker whose cooldown is over reads
+    /// `Open` until the next call or tick moves it to half-open.
+    pub fn state(&self) -> State {
+        Word(self.inner.state.0.load(Acquire)).state()
+    }
+
+    /// Runs `fut` as one logical call, or rejects it at once when the
+    /// breaker is open (or half-open with all its probes in flight), with
+    /// `E::from(Error::DependencyDown(..))`: `fut` is then dropped without
+    /// being polled.
+    ///
+    /// The outcome is classified by `E`'s [`Classify`] impl: a permanent
+    /// error counts as a success. Dropping the returned future before it
+    /// completes counts nothing and frees the probe slot it may hold.
+    pub fn call<Fut, T, E>(&self, fut: Fut) -> Call<'_, Fut, ByClassify>
+    where
+        Fut: Future<Output = Result<T, E>>,
+        E: Classify + From<Error>,
+    {
+        self.call_with(fut, ByClassify)
+    }
+
+    /// Like [`call`](Self::call), classifying errors with `when` (a
+    /// [`When`] impl, e.g. a closure returning a [`Verdict`](crate::retry::Verdict)
+    /// or a `bool`, `true` meaning "the dependency failed").
+    pub fn call_with<Fut, T, E, W>(&self, fut: Fut, when: W) -> Call<'_, Fut, W>
+    where
+        Fut: Future<Output = Result<T, E>>,
+        E: From<Error>,
+        W: When<E>,
+    {
+        Call {
+            breaker: self,
+            permit: None,
+            when,
+            done: false,
+            fut,
+        }
+    }
+
+    /// Asks to make one call, for code that cannot hand its call to
+    /// [`call`](Self::call) as a future: the [`Permit`] records the outcome.
+    ///
+    /// ```
+    /// use resilience_runtime::breaker::{BreakerConfig, CircuitBreaker};
+    ///
+    /// let breaker = CircuitBreaker::new("ledger", BreakerConfig::new())?;
+    /// match breaker.try_acquire() {
+    ///     Ok(permit) => permit.success(),
+    ///     Err(down) => eprintln!("{down}"),
+    /// }
+    /// # Ok::<(), resilience_runtime::ConfigError>(())
+    /// ```
+    #[inline]
+    pub fn try_acquire(&self) -> Result<Permit<'_>, DependencyDown> {
+        let admission = self.admit()?;
+        let started = self.inner.config.slow_call().map(|_| self.inner.now());
+        Ok(Permit {
+            breaker: self,
+            admission: Some(admission),
+            started,
+        })
+    }
+
+    #[inline]
+    fn admit(&self) -> Result<Admission, DependencyDown> {
+        let word = self.inner.state.0.load(Acquire);
+        if word & FAST == 0 {
+            return Ok(Admission::Closed);
+        }
+        // Open with no clock needed, or forced open: reject at once.
+        if word & (KIND | CLOCK_BITS) == OPEN || word & (KIND | FORCED) == OPEN | FORCED {
+            return Err(self.reject(Word(word)));
+        }
+        self.admit_slow()
+    }
+
+    #[cold]
+    fn admit_slow(&self) -> Result<Admission, DependencyDown> {
+        let inner = &*self.inner;
+        let word = Word(inner.state.0.load(Acquire));
+        if word.0 & NO_TICKER != 0 {
+            self.start_ticker();
+        }
+        if word.needs_clock() {
+            inner.maintain(inner.now());
+        }
+        let word = Word(inner.state.0.load(Acquire));
+        match word.kind() {
+            CLOSED => Ok(Admission::Closed),
+            HALF_OPEN if inner.try_probe(word.generation()) => {
+                Ok(Admission::Probe(word.generation()))
+            }
+            _ => Err(self.reject(word)),
+        }
+    }
+
+    #[inline]
+    fn reject(&self, word: Word) -> DependencyDown {
+        self.on_outcome(Outcome::Rejected);
+        DependencyDown::new(self.inner.name, word.rejection())
+    }
+
+    /// Every outcome of every call passes here, rejections included.
+    #[inline]
+    fn on_outcome(&self, outcome: Outcome) {
+        match outcome {
+            Outcome::Done {
+                admission: Admission::Closed,
+                failed: false,
+                slow: false,
+            } => self.inner.window.add_success(),
+            Outcome::Done {
+                admission: Admission::Closed,
+                failed,
+                slow,
+            } => self.inner.record_closed(failed, slow),
+            Outcome::Done {
+                admission: Admission::Probe(generation),
+                failed,
+                slow,
+            } => self.inner.settle_probe(generation, Some(!failed && !slow)),
+            Outcome::Cancelled(Admission::Probe(generation)) => {
+                self.inner.settle_probe(generation, None)
+            }
+            Outcome::Cancelled(Admission::Closed) | Outcome::Rejected => {}
+        }
+    }
+
+    #[cfg(not(loom))]
+    fn start_ticker(&self) {
+        let Ok(handle) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let before = self.inner.state.0.fetch_and(!NO_TICKER, AcqRel);
+        if before & NO_TICKER != 0 {
+            handle.spawn(ticker::run(Arc::downgrade(&self.inner)));
+        }
+    }
+
+    #[cfg(loom)]
+    fn start_ticker(&self) {}
+
+    /// Registers `hook`, called with `(name, from, to)` after each state
+    /// change, on the thread that made it. Each change is also logged at
+    /// WARN through `tracing`.
+    pub fn on_state_change<F>(&self, hook: F)
+    where
+        F: Fn(&'static str, State, State) + Send + Sync + 'static,
+    {
+        self.inner
+            .hooks
+            .write()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .push(Box::new(hook));
+    }
+
+    /// Opens the breaker until [`force_closed`](Self::force_closed) or
+    /// [`reset`](Self::reset): every call is rejected, as `"forced open"`.
+    pub fn force_open(&self) {
+        self.inner.transition_any(OPEN, true);
+    }
+
+    /// Disables the breaker until [`force_open`](Self::force_open) or
+    /// [`reset`](Self::reset): every call goes through and is counted, but
+    /// the breaker never trips.
+    pub fn force_closed(&self) {
+        self.inner.transition_any(CLOSED, true);
+    }
+
+    /// Back to closed with an empty window, whatever the state, forced or
+    /// not.
+    pub fn reset(&self) {
+        self.inner.transition_any(CLOSED, false);
+    }
+
+    /// A consistent-enough picture of the breaker, for health endpoints
+    /// and operators. Counters are read without stopping the calls in
+    /// flight, so a busy breaker's figures may be off by those calls.
+    pub fn snapshot(&self) -> Snapshot {
+        let inner = &*self.inner;
+        let now = inner.now();
+        inner.rotate(now, inner.window.totals());
+        let word = Word(inner.state.0.load(Acquire));
+        let counts = inner.window.counts(inner.window.totals());
+        let probes = Probes(inner.probes.load(Acquire));
+        let until_half_open = (word.kind() == OPEN && !word.forced())
+            .then(|| Duration::from_nanos(inner.open_until.load(Acquire).saturating_sub(now)));
+        Snapshot {
+            name: inner.name,
+            state: word.state(),
+            forced: word.forced(),
+            calls: counts.calls,
+            failures: counts.failures,
+            slow_calls: counts.slow,
+            failure_ratio: if counts.calls == 0 {
+                0.0
+            } else {
+                counts.failures as f64 / counts.calls as f64
+            },
+            until_half_open,
+            probes_in_flight: if word.kind() == HALF_OPEN
+                && probes.generation() == word.generation()
+            {
+                u32::from(probes.in_flight())
+            } else {
+                0
+            },
+        }
+    }
+}
+
+impl Inner {
+    /// Nanoseconds on tokio's clock since the breaker was created.
+    fn now(&self) -> u64 {
+        let elapsed = Instant::now().saturating_duration_since(self.origin);
+        u64::try_from(elapsed.as_nanos()).unwrap_or(u64::MAX)
+    }
+
+    /// Moves a time window to the bucket of `now`.
+    fn rotate(&self, now: u64, totals: Counts) {
+        match self.config.window() {
+            Window::Time(_) => self
+                .window
+                .rotate(now / self.bucket_width, totals, |_| u64::MAX),
+            Window::Count(_) => {
+                let width = self.bucket_width;
+                self.window
+                    .rotate(totals.calls / width, totals, |bucket| bucket * width)
+            }
+        }
+    }
+
+    /// What has to happen by `now`: the window's rotation, the end of the
+    /// cooldown.
+    fn maintain(&self, now: u64) {
+        if let Window::Time(_) = self.config.window() {
+            self.rotate(now, self.window.totals());
+        }
+        let word = Word(self.state.0.load(Acquire));
+        if word.kind() == OPEN && !word.forced() && now >= self.open_until.load(Acquire) {
+            self.transition(word, HALF_OPEN, false, now);
+        }
+    }
+
+    /// Records a failed or slow call of a closed breaker, and trips it when
+    /// the window says so.
+    #[cold]
+    fn record_closed(&self, failed: bool, slow: bool) {
+        let now = match self.config.window() {
+            Window::Time(_) => Some(self.now()),
+            Window::Count(_) => None,
+        };
+        // Calls before this one belong to the buckets they were made in.
+        self.rotate(now.unwrap_or(0), self.window.totals());
+        self.window.add(failed, slow);
+        let word = Word(self.state.0.load(Acquire));
+        if word.0 & (KIND | FORCED) != CLOSED {
+            return;
+        }
+        let counts = self.window.counts(self.window.totals());
+        if self.should_trip(counts) {
+            let now = now.unwrap_or_else(|| self.now());
+            self.transition(word, OPEN, false, now);
+        }
+    }
+
+    fn should_trip(&self, counts: Counts) -> bool {
+        let config = &self.config;
+        if counts.calls < u64::from(config.min_requests()) {
+            return false;
+        }
+        let calls = counts.calls as f64;
+        counts.failures as f64 >= config.failure_ratio() * calls
+            || config
+                .slow_call()
+                .is_some_and(|slow| counts.slow as f64 >= slow.ratio * calls)
+    }
+
+    /// Takes a probe slot of the half-open state of `generation`, if one is
+    /// free.
+    fn try_probe(&self, generation: u32) -> bool {
+        let limit = self.config.half_open().min(u32::from(u16::MAX));
+        let mut current = Probes(self.probes.load(Acquire));
+        loop {
+            let next = if current.generation() == generation {
+                if u32::from(current.successes()) + u32::from(current.in_flight()) >= limit {
+                    return false;
+                }
+                Probes::new(generation, current.successes(), current.in_flight() + 1)
+            } else if later(generation, current.generation()) {
+                // The first probe of a new half-open period.
+                Probes::new(generation, 0, 1)
+            } else {
+                // A later half-open period already started: our view is stale.
+                return false;
+            };
+            match self
+                .probes
+                .compare_exchange(current.0, next.0, AcqRel, Acquire)
+            {
+                Ok(_) => return true,
+                Err(actual) => current = Probes(actual),
+            }
+        }
+    }
+
+    /// Frees a probe's slot; `Some(success)` when it completed, `None` when
+    /// it was cancelled. Probes of an earlier half-open period are ignored.
+    fn settle_probe(&self, generation: u32, success: Option<bool>) {
+        let mut current = Probes(self.probes.load(Acquire));
+        let after = loop {
+            if current.generation() != generation || current.in_flight() == 0 {
+                return;
+            }
+            let successes = current.successes() + u16::from(success == Some(true));
+            let next = Probes::new(generation, successes, current.in_flight() - 1);
+            match self
+                .probes
+                .compare_exchange(current.0, next.0, AcqRel, Acquire)
+            {
+                Ok(_) => break next,
+                Err(actual) => current = Probes(actual),
+            }
+        };
+        let word = Word(self.state.0.load(Acquire));
+        if word.kind() != HALF_OPEN || word.generation() != generation {
+            return;
+        }
+        match success {
+            Some(true) if u32::from(after.successes()) >= self.config.half_open() => {
+                self.transition(word, CLOSED, false, 0);
+            }
+            Some(false) => {
+                self.transition(word, OPEN, false, self.now());
+            }
+            _ => {}
+        }
+    }
+
+    /// Operator transitions: from whatever state the breaker is in.
+    fn transition_any(&self, to: u64, forced: bool) {
+        let now = self.now();
+        while !self.transition(Word(self.state.0.load(Acquire)), to, forced, now) {}
+    }
+
+    /// The one place where the breaker changes state: from the generation
+    /// of `from` only (a late outcome of an earlier state must not move the
+    /// breaker), to `to`, then the WARN and the hooks. Returns whether this
+    /// call made the change.
+    fn transition(&self, from: Word, to: u64, forced: bool, now: u64) -> bool {
+        if Word(self.state.0.load(Acquire)).generation() != from.generation() {
+            return false;
+        }
+        // Set up the new state before it becomes visible.
+        if to == OPEN {
+            let until = if forced {
+                u64::MAX
+            } else {
+                now.saturating_add(duration_nanos(self.config.cooldown()))
+            };
+            self.open_until.store(until, Release);
+        } else if to == CLOSED {
+            self.window.clear();
+        }
+        let mut current = self.state.0.load(Acquire);
+        let before = loop {
+            let word = Word(current);
+            if word.generation() != from.generation() {
+                return false;
+            }
+            let next = word.next(to, forced);
+            match self
+                .state
+                .0
+                .compare_exchange(current, next.0, AcqRel, Acquire)
+            {
+                Ok(_) => break word,
+                Err(actual) => current = actual,
+            }
+        };
+        let (from_state, to_state) = (before.state(), Word(to).state());
+        tracing::warn!(
+            breaker = self.name,
+            from = from_state.as_str(),
+            to = to_state.as_str(),
+            forced,
+            "circuit breaker state changed"
+        );
+        if from_state != to_state {
+            let hooks = self
+                .hooks
+                .read()
+                .unwrap_or_else(|poisoned| poisoned.into_inner());
+            for hook in hooks.iter() {
+                hook(self.name, from_state, to_state);
+            }
+        }
+        true
+    }
+}
+
+fn duration_nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+impl fmt::Debug for CircuitBreaker {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let word = Word(self.inner.state.0.load(Relaxed));
+        f.debug_struct("CircuitBreaker")
+            .field("name", &self.inner.name)
+            .field("state", &word.state())
+            .field("forced", &word.forced())
+            .field("config", &self.inner.config)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The right to make one call through a breaker, from
+/// [`CircuitBreaker::try_acquire`].
+///
+/// Record the outcome with [`success`](Self::success),
+/// [`failure`](Self::failure) or [`record`](Self::record). Dropping it
+/// unrecorded counts as a cancelled call: nothing is counted and a probe
+/// slot is freed.
+#[must_use = "a permit records nothing unless its outcome is recorded"]
+pub struct Permit<'a> {
+    breaker: &'a CircuitBreaker,
+    admission: Option<Admission>,
+    started: Option<u64>,
+}
+
+impl Permit<'_> {
+    /// The call succeeded (or failed with a permanent error).
+    pub fn success(self) {
+        self.finish(false);
+    }
+
+    /// The call failed because of the dependency.
+    pub fn failure(self) {
+        self.finish(true);
+    }
+
+    /// Records `result`, classified by the error's [`Classify`] impl.
+    pub fn record<T, E: Classify>(self, result: &Result<T, E>) {
+        let failed = matches!(result, Err(error) if error.classify().is_retryable());
+        self.finish(failed);
+    }
+
+    fn finish(mut self, failed: bool) {
+        let Some(admission) = self.admission.take() else {
+            return;
+        };
+        let inner = &*self.breaker.inner;
+        let slow = match (self.started, inner.config.slow_call()) {
+            (Some(started), Some(rule)) => {
+                inner.now().saturating_sub(started) >= duration_nanos(rule.threshold)
+            }
+            _ => false,
+        };
+        self.breaker.on_outcome(Outcome::Done {
+            admission,
+            failed,
+            slow,
+        });
+    }
+}
+
+impl Drop for Permit<'_> {
+    fn drop(&mut self) {
+        if let Some(admission) = self.admission.take() {
+            self.breaker.on_outcome(Outcome::Cancelled(admission));
+        }
+    }
+}
+
+impl fmt::Debug for Permit<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Permit")
+            .field("breaker", &self.breaker.inner.name)
+            .field(
+                "probe",
+                &matches!(self.admission, Some(Admission::Probe(_))),
+            )
+            .finish()
+    }
+}
+
+pin_project! {
+    /// One logical call through a breaker; built by
+    /// [`CircuitBreaker::call`], `.await` it.
+    ///
+    /// The breaker is asked at the first poll. Dropping the future before
+    /// it completes cancels the call: nothing is counted, and a half-open
+    /// probe slot it held is freed for the next call.
+    ///
+    /// # Panics
+    ///
+    /// Polling it again after it completed panics.
+    #[must_use = "a call does nothing unless it is `.await`ed"]
+    pub struct Call<'a, Fut, W = ByClassify> {
+        breaker: &'a CircuitBreaker,
+        permit: Option<Permit<'a>>,
+        when: W,
+        done: bool,
+        #[pin]
+        fut: Fut,
+    }
+}
+
+impl<Fut, T, E, W> Future for Call<'_, Fut, W>
+where
+    Fut: Future<Output = Result<T, E>>,
+    E: From<Error>,
+    W: When<E>,
+{
+    type Output = Result<T, E>;
+
+    #[inline]
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.project();
+        assert!(!*this.done, "`Call` polled after it completed");
+        if this.permit.is_none() {
+            match this.breaker.try_acquire() {
+                Ok(permit) => *this.permit = Some(permit),
+                Err(down) => {
+                    *this.done = true;
+                    return Poll::Ready(Err(E::from(Error::DependencyDown(down))));
+                }
+            }
+        }
+        let result = match this.fut.poll(cx) {
+            Poll::Ready(result) => result,
+            Poll::Pending => return Poll::Pending,
+        };
+        *this.done = true;
+        if let Some(permit) = this.permit.take() {
+            let failed = match &result {
+                Ok(_) => false,
+                Err(error) => this.when.when(error).is_retryable(),
+            };
+            permit.finish(failed);
+        }
+        Poll::Ready(result)
+    }
+}
+
+impl<Fut, W> fmt::Debug for Call<'_, Fut, W> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Call")
+            .field("breaker", &self.breaker.inner.name)
+            .field("started", &self.permit.is_some())
+            .field("done", &self.done)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A read-only picture of a breaker, from [`CircuitBreaker::snapshot`].
+#[derive(Debug, Clone, Copy, PartialEq)]
+#[non_exhaustive]
+pub struct Snapshot {
+    /// The breaker's name.
+    pub name: &'static str,
+    /// The state.
+    pub state: State,
+    /// Whether an operator forced the state ([`CircuitBreaker::force_open`],
+    /// [`CircuitBreaker::force_closed`]).
+    pub forced: bool,
+    /// Calls counted in the window.
+    pub calls: u64,
+    /// Of which failed.
+    pub failures: u64,
+    /// Of which slow, under the slow-call rule.
+    pub slow_calls: u64,
+    /// `failures / calls`, 0 for an empty window.
+    pub failure_ratio: f64,
+    /// Time left before an open breaker lets probes through; `None` unless
+    /// open (and not forced).
+    pub until_half_open: Option<Duration>,
+    /// Probes in flight, when half-open.
+    pub probes_in_flight: u32,
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests;

@@ -1,0 +1,381 @@
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use tokio::time::sleep;
+
+use super::*;
+use crate::retry::{HttpStatus, Verdict};
+
+#[derive(Debug, PartialEq)]
+enum TestError {
+    Status(u16),
+    Down(&'static str, &'static str),
+    Runtime,
+}
+
+impl Classify for TestError {
+    fn classify(&self) -> Verdict {
+        match self {
+            TestError::Status(code) => HttpStatus(*code).classify(),
+            _ => Verdict::Permanent,
+        }
+    }
+}
+
+impl From<Error> for TestError {
+    fn from(err: Error) -> Self {
+        match err {
+            Error::DependencyDown(down) => TestError::Down(down.breaker(), down.state()),
+            _ => TestError::Runtime,
+        }
+    }
+}
+
+fn breaker(config: BreakerConfig) -> CircuitBreaker {
+    CircuitBreaker::new("user", config).unwrap()
+}
+
+async fn fail(b: &CircuitBreaker, calls: &AtomicU32) -> Result<(), TestError> {
+    b.call(async {
+        calls.fetch_add(1, Ordering::Relaxed);
+        Err(TestError::Status(503))
+    })
+    .await
+}
+
+async fn succeed(b: &CircuitBreaker, calls: &AtomicU32) -> Result<(), TestError> {
+    b.call(async {
+        calls.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    })
+    .await
+}
+
+#[tokio::test(start_paused = true)]
+async fn opens_after_a_failure_series_and_never_calls_while_open() {
+    let b = breaker(BreakerConfig::new());
+    let calls = AtomicU32::new(0);
+    for _ in 0..25 {
+        let _ = fail(&b, &calls).await;
+    }
+    // It tripped at the 20th failure (min 20, ratio 1.0 ≥ 0.5).
+    assert_eq!(calls.load(Ordering::Relaxed), 20);
+    assert_eq!(b.state(), State::Open);
+    let err = succeed(&b, &calls).await.unwrap_err();
+    assert_eq!(err, TestError::Down("user", "open"));
+    assert_eq!(calls.load(Ordering::Relaxed), 20);
+    let snap = b.snapshot();
+    assert_eq!(snap.until_half_open, Some(Duration::from_secs(30)));
+    assert_eq!((snap.calls, snap.failures), (20, 20));
+}
+
+#[tokio::test(start_paused = true)]
+async fn after_the_cooldown_exactly_one_probe_then_closed_on_success() {
+    let b = breaker(BreakerConfig::new());
+    let calls = AtomicU32::new(0);
+    for _ in 0..20 {
+        let _ = fail(&b, &calls).await;
+    }
+    sleep(Duration::from_secs(29)).await;
+    assert!(succeed(&b, &calls).await.is_err());
+    sleep(Duration::from_secs(1)).await;
+    // Cooldown over: one probe in flight, every other call rejected.
+    let probe = b.try_acquire().expect("the probe");
+    assert_eq!(b.state(), State::HalfOpen);
+    assert_eq!(
+        succeed(&b, &calls).await.unwrap_err(),
+        TestError::Down("user", "half-open")
+    );
+    assert_eq!(b.snapshot().probes_in_flight, 1);
+    probe.success();
+    assert_eq!(b.state(), State::Closed);
+    assert_eq!(b.snapshot().calls, 0, "closing empties the window");
+    succeed(&b, &calls).await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_failed_probe_opens_for_another_cooldown() {
+    let b = breaker(BreakerConfig::new());
+    let calls = AtomicU32::new(0);
+    for _ in 0..20 {
+        let _ = fail(&b, &calls).await;
+    }
+    sleep(Duration::from_secs(30)).await;
+    assert_eq!(fail(&b, &calls).await, Err(TestError::Status(503)));
+    assert_eq!(calls.load(Ordering::Relaxed), 21);
+    assert_eq!(b.state(), State::Open);
+    sleep(Duration::from_secs(29)).await;
+    assert!(succeed(&b, &calls).await.is_err());
+    assert_eq!(calls.load(Ordering::Relaxed), 21);
+    sleep(Duration::from_secs(1)).await;
+    succeed(&b, &calls).await.unwrap();
+    assert_eq!(b.state(), State::Closed);
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_ticker_moves_an_idle_breaker_to_half_open() {
+    let b = breaker(BreakerConfig::new());
+    let calls = AtomicU32::new(0);
+    for _ in 0..20 {
+        let _ = fail(&b, &calls).await;
+    }
+    sleep(Duration::from_secs(31)).await;
+    assert_eq!(b.state(), State::HalfOpen);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_cancelled_probe_frees_its_slot() {
+    let b = breaker(BreakerConfig::new().with_cooldown(Duration::from_secs(1)));
+    let calls = AtomicU32::new(0);
+    for _ in 0..20 {
+        let _ = fail(&b, &calls).await;
+    }
+    sleep(Duration::from_secs(1)).await;
+    // A probe that hangs, then is cancelled by a timeout.
+    let hung = tokio::time::timeout(
+        Duration::from_secs(5),
+        b.call(std::future::pending::<Result<(), TestError>>()),
+    );
+    assert!(hung.await.is_err());
+    assert_eq!(b.state(), State::HalfOpen);
+    assert_eq!(b.snapshot().probes_in_flight, 0);
+    succeed(&b, &calls).await.unwrap();
+    assert_eq!(b.state(), State::Closed);
+}
+
+#[tokio::test(start_paused = true)]
+async fn failures_older_than_the_window_no_longer_count() {
+    let b = breaker(BreakerConfig::new());
+    let calls = AtomicU32::new(0);
+    for _ in 0..15 {
+        let _ = fail(&b, &calls).await;
+    }
+    // Exactly one window later, the 15 have left it.
+    sleep(Duration::from_secs(60)).await;
+    for _ in 0..15 {
+        let _ = fail(&b, &calls).await;
+    }
+    assert_eq!(b.state(), State::Closed);
+    assert_eq!(b.snapshot().failures, 15);
+    // Half a window later they are still in: 5 more trip it.
+    sleep(Duration::from_secs(30)).await;
+    for _ in 0..5 {
+        let _ = fail(&b, &calls).await;
+    }
+    assert_eq!(b.state(), State::Open);
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_window_slides_bucket_by_bucket() {
+    let b = breaker(BreakerConfig::new());
+    let calls = AtomicU32::new(0);
+    for _ in 0..10 {
+        let _ = fail(&b, &calls).await;
+    }
+    sleep(Duration::from_secs(6)).await;
+    for _ in 0..30 {
+        succeed(&b, &calls).await.unwrap();
+    }
+    let _ = fail(&b, &calls).await;
+    assert_eq!(b.snapshot().calls, 41);
+    // 60 s after the first bucket: its 10 failures left, the rest stayed.
+    sleep(Duration::from_secs(54)).await;
+    let snap = b.snapshot();
+    assert_eq!((snap.calls, snap.failures), (31, 1));
+}
+
+#[tokio::test(start_paused = true)]
+async fn successes_lower_the_ratio_below_the_threshold() {
+    let b = breaker(BreakerConfig::new());
+    let calls = AtomicU32::new(0);
+    for _ in 0..21 {
+        succeed(&b, &calls).await.unwrap();
+    }
+    for _ in 0..20 {
+        let _ = fail(&b, &calls).await;
+    }
+    assert_eq!(b.state(), State::Closed, "20 / 41 < 0.5");
+    let _ = fail(&b, &calls).await;
+    assert_eq!(b.state(), State::Open, "21 / 42 ≥ 0.5");
+}
+
+#[tokio::test(start_paused = true)]
+async fn permanent_errors_never_trip_it() {
+    let b = breaker(BreakerConfig::critical());
+    for code in [400, 404, 422, 409].repeat(25) {
+        let result = b
+            .call(async { Err::<(), _>(TestError::Status(code)) })
+            .await;
+        assert_eq!(result, Err(TestError::Status(code)));
+    }
+    assert_eq!(b.state(), State::Closed);
+    let snap = b.snapshot();
+    assert_eq!((snap.calls, snap.failures), (100, 0));
+}
+
+#[tokio::test(start_paused = true)]
+async fn call_with_overrides_the_classification() {
+    let b = breaker(BreakerConfig::new().with_min_requests(5));
+    for _ in 0..5 {
+        let result = b
+            .call_with(
+                async { Err::<(), _>(TestError::Status(404)) },
+                |_: &TestError| true,
+            )
+            .await;
+        assert!(result.is_err());
+    }
+    assert_eq!(b.state(), State::Open);
+}
+
+#[tokio::test(start_paused = true)]
+async fn slow_calls_trip_it_with_their_own_ratio() {
+    let b = breaker(
+        BreakerConfig::new()
+            .with_min_requests(10)
+            .with_slow_call(Duration::from_secs(2), 0.8),
+    );
+    for i in 0..10 {
+        let result = b
+            .call(async {
+                sleep(Duration::from_millis(if i < 2 { 10 } else { 2500 })).await;
+                Ok::<_, TestError>(())
+            })
+            .await;
+        assert!(result.is_ok());
+    }
+    assert_eq!(b.state(), State::Open, "8 slow out of 10");
+    assert_eq!(b.snapshot().slow_calls, 8);
+}
+
+#[tokio::test(start_paused = true)]
+async fn count_window_keeps_the_last_calls() {
+    let b = breaker(
+        BreakerConfig::new()
+            .with_min_requests(20)
+            .with_count_window(100),
+    );
+    let calls = AtomicU32::new(0);
+    for _ in 0..19 {
+        let _ = fail(&b, &calls).await;
+    }
+    for _ in 0..200 {
+        succeed(&b, &calls).await.unwrap();
+    }
+    let snap = b.snapshot();
+    assert!((90..=100).contains(&snap.calls), "{snap:?}");
+    assert_eq!(snap.failures, 0);
+    for _ in 0..60 {
+        let _ = fail(&b, &calls).await;
+        if b.state() == State::Open {
+            break;
+        }
+    }
+    assert_eq!(b.state(), State::Open);
+}
+
+#[tokio::test(start_paused = true)]
+async fn operator_controls_and_hooks() {
+    let b = breaker(BreakerConfig::new().with_min_requests(1));
+    let seen = std::sync::Arc::new(Mutex::new(Vec::new()));
+    let log = seen.clone();
+    b.on_state_change(move |name, from, to| log.lock().unwrap().push((name, from, to)));
+    let calls = AtomicU32::new(0);
+
+    b.force_open();
+    assert_eq!(
+        succeed(&b, &calls).await.unwrap_err(),
+        TestError::Down("user", "forced open")
+    );
+    sleep(Duration::from_secs(3600)).await;
+    assert!(
+        succeed(&b, &calls).await.is_err(),
+        "no cooldown when forced"
+    );
+    assert_eq!(b.snapshot().until_half_open, None);
+
+    b.force_closed();
+    for _ in 0..10 {
+        let _ = fail(&b, &calls).await;
+    }
+    assert_eq!(b.state(), State::Closed, "disabled: never trips");
+    assert!(b.snapshot().forced);
+
+    b.reset();
+    assert!(!b.snapshot().forced);
+    assert_eq!(b.snapshot().calls, 0);
+    let _ = fail(&b, &calls).await;
+    assert_eq!(b.state(), State::Open);
+
+    assert_eq!(
+        *seen.lock().unwrap(),
+        [
+            ("user", State::Closed, State::Open),
+            ("user", State::Open, State::Closed),
+            ("user", State::Closed, State::Open),
+        ]
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn half_open_admits_exactly_the_configured_probes() {
+    let b = breaker(BreakerConfig::new().with_half_open(3).with_min_requests(1));
+    b.try_acquire().unwrap().failure();
+    assert_eq!(b.state(), State::Open);
+    sleep(Duration::from_secs(30)).await;
+    let probes: Vec<_> = (0..3).map(|_| b.try_acquire().unwrap()).collect();
+    assert!(b.try_acquire().is_err());
+    let mut probes = probes.into_iter();
+    probes.next().unwrap().success();
+    // A success frees its slot but counts towards the three needed.
+    assert!(b.try_acquire().is_err());
+    drop(probes.next());
+    let again = b.try_acquire().expect("a cancelled probe frees its slot");
+    probes.next().unwrap().success();
+    assert_eq!(b.state(), State::HalfOpen);
+    again.success();
+    assert_eq!(b.state(), State::Closed);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_late_probe_of_an_earlier_half_open_is_ignored() {
+    let b = breaker(BreakerConfig::new().with_half_open(2).with_min_requests(1));
+    b.try_acquire().unwrap().failure();
+    sleep(Duration::from_secs(30)).await;
+    let late = b.try_acquire().unwrap();
+    b.try_acquire().unwrap().failure();
+    assert_eq!(b.state(), State::Open);
+    sleep(Duration::from_secs(30)).await;
+    let first = b.try_acquire().unwrap();
+    late.success();
+    late_check(&b);
+    first.success();
+    assert_eq!(b.state(), State::HalfOpen, "one success of two");
+}
+
+fn late_check(b: &CircuitBreaker) {
+    assert_eq!(b.state(), State::HalfOpen);
+    assert_eq!(b.snapshot().probes_in_flight, 1);
+}
+
+#[test]
+fn without_a_runtime_it_reads_the_clock_and_still_works() {
+    let b = breaker(BreakerConfig::new().with_min_requests(3));
+    b.try_acquire().unwrap().success();
+    b.try_acquire().unwrap().failure();
+    assert_eq!(b.state(), State::Closed, "2 calls < min 3");
+    b.try_acquire().unwrap().failure();
+    assert_eq!(b.state(), State::Open, "2 failures out of 3");
+    assert!(b.try_acquire().is_err());
+}
+
+#[test]
+fn invalid_configs_are_refused_with_the_breaker_name() {
+    let err =
+        CircuitBreaker::new("user", BreakerConfig::new().with_failure_ratio(2.0)).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "invalid circuit breaker `user`: `ratio = 2`: the failure ratio is a fraction in (0, 1], e.g. 0.5"
+    );
+}

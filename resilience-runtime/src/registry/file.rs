@@ -1,0 +1,286 @@
+//! The TOML config file: parsing, checking, and laying it over the code's
+//! values.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use crate::breaker::BreakerConfig;
+use crate::error::ConfigError;
+use crate::retry::{Jitter, PolicyBuilder};
+
+/// A parsed and checked config file.
+#[derive(Debug, Default)]
+pub(super) struct FileConfig {
+    origin: Option<String>,
+    service: Option<String>,
+    defaults: BreakerSection,
+    breakers: HashMap<String, BreakerSection>,
+    retry: HashMap<String, RetrySection>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Raw {
+    service: Option<String>,
+    #[serde(default)]
+    defaults: BreakerSection,
+    #[serde(default)]
+    breakers: HashMap<String, BreakerSection>,
+    #[serde(default)]
+    retry: HashMap<String, RetrySection>,
+}
+
+/// The keys of a `[breakers.<name>]` or `[defaults]` section: the names of
+/// the `#[circuit_breaker]` arguments.
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct BreakerSection {
+    min: Option<u32>,
+    ratio: Option<f64>,
+    window: Option<String>,
+    window_calls: Option<u32>,
+    cooldown: Option<String>,
+    half_open: Option<u32>,
+    slow_call: Option<String>,
+    slow_ratio: Option<f64>,
+}
+
+/// The keys of a `[retry.<name>]` section.
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RetrySection {
+    #[serde(alias = "max")]
+    max_attempts: Option<u32>,
+    initial: Option<String>,
+    multiplier: Option<f64>,
+    max_interval: Option<String>,
+    jitter: Option<f64>,
+    max_elapsed: Option<String>,
+    attempt_timeout: Option<String>,
+}
+
+impl FileConfig {
+    pub(super) fn parse(text: &str, origin: &str) -> Result<FileConfig, ConfigError> {
+        let raw: Raw = toml::from_str(text).map_err(|err| syntax_error(text, origin, &err))?;
+        let config = FileConfig {
+            origin: Some(origin.to_owned()),
+            service: raw.service,
+            defaults: raw.defaults,
+            breakers: raw.breakers,
+            retry: raw.retry,
+        };
+        // Check every section now, so that a broken file fails at startup.
+        let section = |name: &str| format!("`{name}` in `{origin}`");
+        config
+            .defaults
+            .apply(BreakerConfig::new())
+            .and_then(|c| c.validate())
+            .map_err(|err| err.with_subject(section("[defaults]")))?;
+        for (name, breaker) in &config.breakers {
+            config
+                .defaults
+                .apply(BreakerConfig::new())
+                .and_then(|c| breaker.apply(c))
+                .and_then(|c| c.validate())
+                .map_err(|err| err.with_subject(section(&format!("[breakers.{name}]"))))?;
+        }
+        for (name, retry) in &config.retry {
+            retry
+                .apply(PolicyBuilder::http())
+                .and_then(PolicyBuilder::build)
+                .map_err(|err| err.with_subject(section(&format!("[retry.{name}]"))))?;
+        }
+        if let Some(service) = &config.service {
+            if service.trim().is_empty() {
+                return Err(ConfigError::new(
+                    format!("`{origin}`"),
+                    "service",
+                    "\"\"",
+                    "the service name labels every metric; give it a value or remove the key",
+                ));
+            }
+        }
+        Ok(config)
+    }
+
+    pub(super) fn origin(&self) -> Option<&str> {
+        self.origin.as_deref()
+    }
+
+    pub(super) fn service(&self) -> Option<&str> {
+        self.service.as_deref()
+    }
+
+    /// `[breakers.<name>]` over `[defaults]` over `base`. The sections were
+    /// checked at load time, so only their durations could fail here, and
+    /// they did not.
+    pub(super) fn breaker(&self, name: &str, base: BreakerConfig) -> BreakerConfig {
+        let with_defaults = self.defaults.apply(base).unwrap_or(base);
+        match self.breakers.get(name) {
+            Some(section) => section.apply(with_defaults).unwrap_or(with_defaults),
+            None => with_defaults,
+        }
+    }
+
+    /// `[retry.<name>]` over `base`.
+    pub(super) fn policy(&self, name: &str, base: PolicyBuilder) -> PolicyBuilder {
+        match self.retry.get(name) {
+            Some(section) => section.apply(base).unwrap_or(base),
+            None => base,
+        }
+    }
+}
+
+impl BreakerSection {
+    fn apply(&self, mut c: BreakerConfig) -> Result<BreakerConfig, ConfigError> {
+        if let Some(min) = self.min {
+            c = c.with_min_requests(min);
+        }
+        if let Some(ratio) = self.ratio {
+            c = c.with_failure_ratio(ratio);
+        }
+        if let (Some(_), Some(_)) = (&self.window, self.window_calls) {
+            return Err(ConfigError::new(
+                "",
+                "window_calls",
+                self.window_calls.unwrap_or_default(),
+                "`window` (a time window) and `window_calls` (a count window) exclude each other; keep one",
+            ));
+        }
+        if let Some(window) = &self.window {
+            c = c.with_window(duration("window", window)?);
+        }
+        if let Some(calls) = self.window_calls {
+            c = c.with_count_window(calls);
+        }
+        if let Some(cooldown) = &self.cooldown {
+            c = c.with_cooldown(duration("cooldown", cooldown)?);
+        }
+        if let Some(half_open) = self.half_open {
+            c = c.with_half_open(half_open);
+        }
+        match (&self.slow_call, self.slow_ratio) {
+            (Some(threshold), ratio) => {
+                let ratio = ratio.or(c.slow_call().map(|s| s.ratio)).unwrap_or(1.0);
+                c = c.with_slow_call(duration("slow_call", threshold)?, ratio);
+            }
+            (None, Some(ratio)) => match c.slow_call() {
+                Some(slow) => c = c.with_slow_call(slow.threshold, ratio),
+                None => {
+                    return Err(ConfigError::new(
+                        "",
+                        "slow_ratio",
+                        ratio,
+                        "a slow-call ratio needs `slow_call`, the duration from which a call is slow",
+                    ));
+                }
+            },
+            (None, None) => {}
+        }
+        Ok(c)
+    }
+}
+
+impl RetrySection {
+    fn apply(&self, mut b: PolicyBuilder) -> Result<PolicyBuilder, ConfigError> {
+        if let Some(max) = self.max_attempts {
+            b = b.with_max_attempts(max);
+        }
+        if let Some(initial) = &self.initial {
+            b = b.with_initial(duration("initial", initial)?);
+        }
+        if let Some(multiplier) = self.multiplier {
+            b = b.with_multiplier(multiplier);
+        }
+        if let Some(max_interval) = &self.max_interval {
+            b = b.with_max_interval(duration("max_interval", max_interval)?);
+        }
+        if let Some(jitter) = self.jitter {
+            b = b.with_jitter(Jitter::Symmetric(jitter));
+        }
+        if let Some(max_elapsed) = &self.max_elapsed {
+            b = b.with_max_elapsed(duration("max_elapsed", max_elapsed)?);
+        }
+        if let Some(timeout) = &self.attempt_timeout {
+            b = b.with_attempt_timeout(duration("attempt_timeout", timeout)?);
+        }
+        Ok(b)
+    }
+}
+
+/// Parses `"250ms"`, `"1.5s"`, `"2m"`: a number and one of the units `ns`,
+/// `us`, `ms`, `s`, `m`, `h`.
+pub(crate) fn duration(key: &'static str, text: &str) -> Result<Duration, ConfigError> {
+    let bad = |reason: &str| {
+        ConfigError::new(
+            "",
+            key,
+            format!("{text:?}"),
+            format!(
+                "{reason}; write a number and a unit (ns, us, ms, s, m, h), e.g. \"250ms\" or \"30s\""
+            ),
+        )
+    };
+    let text_trimmed = text.trim();
+    let split = text_trimmed
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .ok_or_else(|| bad("no unit"))?;
+    let (number, unit) = text_trimmed.split_at(split);
+    let number: f64 = number.parse().map_err(|_| bad("not a number"))?;
+    let unit_secs = match unit.trim() {
+        "ns" => 1e-9,
+        "us" | "µs" => 1e-6,
+        "ms" => 1e-3,
+        "s" => 1.0,
+        "m" | "min" => 60.0,
+        "h" => 3600.0,
+        _ => return Err(bad("unknown unit")),
+    };
+    Duration::try_from_secs_f64(number * unit_secs).map_err(|_| bad("out of range"))
+}
+
+/// A TOML or schema error, naming the file, the line's key and its value.
+fn syntax_error(text: &str, origin: &str, err: &toml::de::Error) -> ConfigError {
+    let (line_no, line) = match err.span() {
+        Some(span) => {
+            let start = span.start.min(text.len());
+            let line_start = text[..start].rfind('\n').map_or(0, |i| i + 1);
+            let line_end = text[start..].find('\n').map_or(text.len(), |i| start + i);
+            (
+                text[..start].matches('\n').count() + 1,
+                text[line_start..line_end].trim(),
+            )
+        }
+        None => (0, ""),
+    };
+    let (key, value) = match line.split_once('=') {
+        Some((key, value)) => (key.trim().to_owned(), value.trim().to_owned()),
+        None => (line.to_owned(), String::new()),
+    };
+    let subject = if line_no > 0 {
+        format!("`{origin}` line {line_no}")
+    } else {
+        format!("`{origin}`")
+    };
+    ConfigError::new(subject, key, value, err.message().trim().to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        assert_eq!(duration("k", "250ms").unwrap(), Duration::from_millis(250));
+        assert_eq!(duration("k", "1.5s").unwrap(), Duration::from_millis(1500));
+        assert_eq!(duration("k", "2m").unwrap(), Duration::from_secs(120));
+        assert_eq!(duration("k", "10us").unwrap(), Duration::from_micros(10));
+        for bad in ["", "10", "ms", "10 parsecs", "1.2.3s", "-1s"] {
+            let err = duration("window", bad).unwrap_err();
+            assert_eq!(err.field(), "window");
+            assert_eq!(err.value(), format!("{bad:?}"));
+        }
+    }
+}

@@ -1,0 +1,413 @@
+//! Named circuit breakers and retry policies, configured once at startup.
+//!
+//! A breaker protects a dependency, not a call site: every
+//! `#[circuit_breaker(name = "user")]` in the program gets the same
+//! [`CircuitBreaker`], from [`global()`]`.breaker("user", ..)`.
+//!
+//! # Where the settings come from
+//!
+//! For each setting, the first of these that gives it wins:
+//!
+//! 1. the config file: `[breakers.<name>]`, then `[defaults]` (which applies
+//!    to every breaker), and `[retry.<name>]` for retry policies;
+//! 2. the code: [`RegistryBuilder::breaker`] and [`RegistryBuilder::policy`]
+//!    (a whole configuration for one name);
+//! 3. the values written in the attribute at the call site (or given to
+//!    [`Registry::breaker`]).
+//!
+//! The file is named by [`RegistryBuilder::config_file`], or by the
+//! `RESILIENCE_CONFIG` environment variable ([`RegistryBuilder::from_env`]):
+//!
+//! ```toml
+//! service = "checkout"        # the `service` label of every metric
+//!
+//! [defaults]                  # every breaker
+//! cooldown = "10s"
+//!
+//! [breakers.user]
+//! min = 10                    # at least 10 calls in the window …
+//! ratio = 0.3                 # … of which 30 % failed: trip
+//! window = "60s"              # or `window_calls = 100`
+//! half_open = 1
+//! slow_call = "2s"            # optional, with `slow_ratio`
+//! slow_ratio = 0.8
+//!
+//! [retry.user]
+//! max_attempts = 3            # or `max`
+//! initial = "100ms"
+//! multiplier = 2.0
+//! max_interval = "2s"
+//! jitter = 0.25
+//! max_elapsed = "5s"
+//! attempt_timeout = "800ms"
+//! ```
+//!
+//! Unknown keys, wrong types and out-of-range values are errors naming the
+//! file, the key and the value; nothing falls back to a default silently.
+//! Each `[breakers.*]` and `[retry.*]` section is checked on its own, over
+//! the SPEC defaults, when the file is loaded.
+//!
+//! # Rules
+//!
+//! - **First registration wins.** When two call sites give different
+//!   attribute values for the same name, the breaker keeps the first one's
+//!   and the registry logs a WARN naming both configurations: make them
+//!   agree, or move the setting to the config file.
+//! - **A breaker's configuration is fixed once it exists.**
+//!   [`Registry::reconfigure`] refuses a breaker already created (a call
+//!   went through it) with an error; before that it applies. Swapping the
+//!   thresholds of a breaker under calls in flight would need the closed
+//!   path to read them through a lock or a pointer; restarting the service
+//!   with a new file is the supported way.
+//!
+//! # Example
+//!
+//! ```
+//! use resilience_runtime::breaker::BreakerConfig;
+//! use resilience_runtime::registry::Registry;
+//!
+//! let registry = Registry::builder()
+//!     .service("checkout")
+//!     .config_str("[breakers.user]\nratio = 0.3\nmin = 10\n", "inline")?
+//!     .build()?;
+//! let user = registry.breaker("user", BreakerConfig::new().with_min_requests(50));
+//! assert_eq!(user.config().failure_ratio(), 0.3); // the file wins
+//! assert_eq!(user.config().min_requests(), 10);
+//! assert!(std::ptr::eq(user, registry.breaker("user", BreakerConfig::new())));
+//! # Ok::<(), resilience_runtime::ConfigError>(())
+//! ```
+
+mod file;
+
+use std::collections::HashMap;
+use std::fmt;
+use std::path::Path;
+use std::sync::{OnceLock, RwLock};
+
+use crate::breaker::{BreakerConfig, CircuitBreaker};
+use crate::error::ConfigError;
+use crate::retry::{Policy, PolicyBuilder};
+
+use self::file::FileConfig;
+
+/// The environment variable naming the config file read by
+/// [`RegistryBuilder::from_env`] and by [`global()`].
+pub const CONFIG_ENV: &str = "RESILIENCE_CONFIG";
+
+/// The `service` label when none is configured (OpenTelemetry's default).
+pub const UNKNOWN_SERVICE: &str = "unknown_service";
+
+static GLOBAL: OnceLock<Registry> = OnceLock::new();
+
+/// The process-wide registry used by the macros.
+///
+/// Installed by [`install`] (or [`RegistryBuilder::install`]) at startup;
+/// otherwise built at first use from the file named by
+/// `RESILIENCE_CONFIG`, if set. A broken file found that late cannot be
+/// returned as an error: it is logged at ERROR (file, key, value) and the
+/// registry runs on the code's values. Call [`install`] at startup to fail
+/// fast instead.
+pub fn global() -> &'static Registry {
+    GLOBAL.get_or_init(|| match Registry::builder().from_env() {
+        Ok(builder) => builder.build_lenient(),
+        Err(err) => {
+            tracing::error!(
+                error = %err,
+                "resilience: the config file named by {CONFIG_ENV} was not loaded; running on the values in the code"
+            );
+            Registry::builder().build_lenient()
+        }
+    })
+}
+
+/// Makes `registry` the [`global()`] one. Refused when the global registry
+/// already exists (installed before, or created by a first protected
+/// call): install it at startup, before any call.
+pub fn install(registry: Registry) -> Result<&'static Registry, ConfigError> {
+    GLOBAL.set(registry).map_err(|_| {
+        ConfigError::new(
+            "resilience registry",
+            "install",
+            "a second registry",
+            "the global registry already exists (installed earlier, or created by a first protected call); install it once, at startup, before any call",
+        )
+    })?;
+    Ok(global())
+}
+
+/// Named breakers and retry policies; see the [module docs](self).
+pub struct Registry {
+    service: String,
+    file: FileConfig,
+    state: RwLock<Shared>,
+}
+
+#[derive(Default)]
+struct Shared {
+    /// Whole configurations given by the code, per name.
+    code_breakers: HashMap<String, BreakerConfig>,
+    code_policies: HashMap<String, Policy>,
+    live: HashMap<&'static str, Live>,
+}
+
+struct Live {
+    breaker: &'static CircuitBreaker,
+    /// The attribute values of the first registration, and the other ones
+    /// already warned about.
+    first: BreakerConfig,
+    warned: Vec<BreakerConfig>,
+}
+
+impl Registry {
+    /// A builder with no file and no configuration in code.
+    pub fn builder() -> RegistryBuilder {
+        RegistryBuilder::default()
+    }
+
+    /// The breaker named `name`, created at the first call with the
+    /// configuration resolved from the file, the code and `defaults` (the
+    /// attribute's values), in that order of precedence.
+    ///
+    /// The same name always gives the same breaker. When `defaults` differ
+    /// from those of the first registration, the first ones stay and a WARN
+    /// names both. The reference is `'static`, so a call site can keep it
+    /// in a `static`.
+    pub fn breaker(&self, name: &'static str, defaults: BreakerConfig) -> &'static CircuitBreaker {
+        {
+            let shared = self.read();
+            if let Some(live) = shared.live.get(name) {
+                if live.first == defaults || live.warned.contains(&defaults) {
+                    return live.breaker;
+                }
+            }
+        }
+        let mut shared = self.write();
+        if let Some(live) = shared.live.get_mut(name) {
+            if live.first != defaults && !live.warned.contains(&defaults) {
+                tracing::warn!(
+                    breaker = name,
+                    first = ?live.first,
+                    ignored = ?defaults,
+                    "two call sites configure circuit breaker `{name}` differently; the first registration wins (move the setting to the config file to make it explicit)"
+                );
+                live.warned.push(defaults);
+            }
+            return live.breaker;
+        }
+        let config = self.resolve(&shared, name, defaults);
+        let breaker: &'static CircuitBreaker = Box::leak(Box::new(config));
+        shared.live.insert(
+            name,
+            Live {
+                breaker,
+                first: defaults,
+                warned: Vec::new(),
+            },
+        );
+        breaker
+    }
+
+    fn resolve(
+        &self,
+        shared: &Shared,
+        name: &'static str,
+        defaults: BreakerConfig,
+    ) -> CircuitBreaker {
+        let from_code = shared.code_breakers.get(name).copied().unwrap_or(defaults);
+        let config = self.file.breaker(name, from_code);
+        match CircuitBreaker::new(name, config) {
+            Ok(breaker) => breaker,
+            Err(err) => {
+                // Each part was checked on its own; only their combination
+                // can fail here.
+                tracing::error!(
+                    breaker = name,
+                    error = %err,
+                    "the configuration file and the code combine into an invalid breaker; using the code's values"
+                );
+                CircuitBreaker::new(name, from_code)
+                    .or_else(|_| CircuitBreaker::new(name, BreakerConfig::new()))
+                    .unwrap_or_else(|_| unreachable!("the SPEC defaults are valid"))
+            }
+        }
+    }
+
+    /// The retry policy named `name`: `[retry.<name>]` of the file over the
+    /// code's policy for that name over `defaults`.
+    pub fn policy(&self, name: &str, defaults: PolicyBuilder) -> Policy {
+        let from_code = self
+            .read()
+            .code_policies
+            .get(name)
+            .map_or(defaults, Policy::to_builder);
+        match self.file.policy(name, from_code).build() {
+            Ok(policy) => policy,
+            Err(err) => {
+                tracing::error!(
+                    policy = name,
+                    error = %err,
+                    "the configuration file and the code combine into an invalid retry policy; using the code's values"
+                );
+                from_code
+                    .build()
+                    .or_else(|_| defaults.build())
+                    .unwrap_or_else(|_| Policy::http())
+            }
+        }
+    }
+
+    /// The service this process is, for the `service` label of metrics.
+    pub fn service(&self) -> &str {
+        &self.service
+    }
+
+    /// Replaces the configuration of the breaker `name` before its first
+    /// use; refused once the breaker exists (see the [module docs](self)).
+    /// The config file still wins over it.
+    pub fn reconfigure(&self, name: &str, config: BreakerConfig) -> Result<(), ConfigError> {
+        config
+            .validate()
+            .map_err(|err| err.with_subject(format!("circuit breaker `{name}`")))?;
+        let mut shared = self.write();
+        if shared.live.contains_key(name) {
+            return Err(ConfigError::new(
+                format!("circuit breaker `{name}`"),
+                "config",
+                format!("{config:?}"),
+                "the breaker is already in use and its configuration is fixed; change it in the config file and restart, or call `reset`/`force_open`/`force_closed` to act on it now",
+            ));
+        }
+        shared.code_breakers.insert(name.to_owned(), config);
+        Ok(())
+    }
+
+    /// The breakers created so far, for health endpoints and metrics.
+    pub fn breakers(&self) -> Vec<&'static CircuitBreaker> {
+        self.read().live.values().map(|live| live.breaker).collect()
+    }
+
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, Shared> {
+        self.state.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, Shared> {
+        self.state.write().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+impl fmt::Debug for Registry {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let shared = self.read();
+        let mut names: Vec<_> = shared.live.keys().collect();
+        names.sort();
+        f.debug_struct("Registry")
+            .field("service", &self.service)
+            .field("file", &self.file.origin())
+            .field("breakers", &names)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Builds a [`Registry`] from code and from a config file.
+#[derive(Debug, Default)]
+#[must_use = "a builder does nothing until `build` or `install` is called"]
+pub struct RegistryBuilder {
+    service: Option<String>,
+    file: Option<FileConfig>,
+    shared: Shared,
+}
+
+impl fmt::Debug for Shared {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Shared")
+            .field("code_breakers", &self.code_breakers)
+            .field("code_policies", &self.code_policies)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RegistryBuilder {
+    /// The `service` label of every metric. A `service` key in the config
+    /// file wins over it; the default is `"unknown_service"`.
+    pub fn service(mut self, service: impl Into<String>) -> Self {
+        self.service = Some(service.into());
+        self
+    }
+
+    /// The whole configuration of the breaker `name`, over the attribute's
+    /// values (the config file still wins).
+    pub fn breaker(mut self, name: impl Into<String>, config: BreakerConfig) -> Self {
+        self.shared.code_breakers.insert(name.into(), config);
+        self
+    }
+
+    /// The retry policy `name`, over the attribute's values (the config
+    /// file still wins).
+    pub fn policy(mut self, name: impl Into<String>, policy: Policy) -> Self {
+        self.shared.code_policies.insert(name.into(), policy);
+        self
+    }
+
+    /// Reads and checks the TOML file at `path`.
+    pub fn config_file(mut self, path: impl AsRef<Path>) -> Result<Self, ConfigError> {
+        let path = path.as_ref();
+        let text = std::fs::read_to_string(path).map_err(|err| {
+            ConfigError::new(
+                "resilience config",
+                "file",
+                path.display(),
+                format!("cannot be read: {err}"),
+            )
+        })?;
+        self.file = Some(FileConfig::parse(&text, &path.display().to_string())?);
+        Ok(self)
+    }
+
+    /// Reads the file named by the `RESILIENCE_CONFIG` environment
+    /// variable, when it is set.
+    pub fn from_env(self) -> Result<Self, ConfigError> {
+        match std::env::var_os(CONFIG_ENV) {
+            Some(path) if !path.is_empty() => self.config_file(path),
+            _ => Ok(self),
+        }
+    }
+
+    /// Checks TOML text as if read from a file named `origin`.
+    pub fn config_str(mut self, toml: &str, origin: &str) -> Result<Self, ConfigError> {
+        self.file = Some(FileConfig::parse(toml, origin)?);
+        Ok(self)
+    }
+
+    /// The registry, after checking the configuration given in code.
+    pub fn build(self) -> Result<Registry, ConfigError> {
+        for (name, config) in &self.shared.code_breakers {
+            config
+                .validate()
+                .map_err(|err| err.with_subject(format!("circuit breaker `{name}`")))?;
+        }
+        Ok(self.build_lenient())
+    }
+
+    fn build_lenient(self) -> Registry {
+        let file = self.file.unwrap_or_default();
+        let service = file
+            .service()
+            .map(str::to_owned)
+            .or(self.service)
+            .unwrap_or_else(|| UNKNOWN_SERVICE.to_owned());
+        Registry {
+            service,
+            file,
+            state: RwLock::new(self.shared),
+        }
+    }
+
+    /// Builds the registry and makes it the [`global()`] one; see
+    /// [`install`].
+    pub fn install(self) -> Result<&'static Registry, ConfigError> {
+        install(self.build()?)
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,208 @@
+use std::time::Duration;
+
+use super::*;
+use crate::breaker::Window;
+
+const FILE: &str = r#"
+service = "checkout"
+
+[defaults]
+cooldown = "10s"
+
+[breakers.user]
+ratio = 0.3
+min = 10
+
+[retry.user]
+max = 5
+initial = "50ms"
+"#;
+
+fn registry() -> Registry {
+    Registry::builder()
+        .service("from-code")
+        .breaker("user", BreakerConfig::relaxed().with_half_open(3))
+        .breaker("orders", BreakerConfig::critical())
+        .policy("orders", Policy::background())
+        .config_str(FILE, "resilience.toml")
+        .unwrap()
+        .build()
+        .unwrap()
+}
+
+#[test]
+fn the_same_name_is_the_same_breaker() {
+    let r = registry();
+    let a = r.breaker("billing", BreakerConfig::new());
+    let b = r.breaker("billing", BreakerConfig::new());
+    assert!(std::ptr::eq(a, b));
+    assert_eq!(a.name(), "billing");
+    assert_eq!(r.breakers().len(), 1);
+}
+
+#[test]
+fn first_registration_wins() {
+    let r = registry();
+    let first = r.breaker("billing", BreakerConfig::new().with_min_requests(7));
+    let second = r.breaker("billing", BreakerConfig::new().with_min_requests(99));
+    assert!(std::ptr::eq(first, second));
+    assert_eq!(second.config().min_requests(), 7);
+}
+
+#[test]
+fn file_then_code_then_attribute() {
+    let r = registry();
+    // File `[breakers.user]` and `[defaults]` over the code's relaxed()
+    // with 3 probes, over the attribute.
+    let user = r.breaker("user", BreakerConfig::new().with_min_requests(50));
+    let c = user.config();
+    assert_eq!((c.failure_ratio(), c.min_requests()), (0.3, 10));
+    assert_eq!(c.half_open(), 3, "from the code");
+    assert_eq!(c.cooldown(), Duration::from_secs(10), "from [defaults]");
+    // Code over attribute, `[defaults]` over both.
+    let orders = r.breaker("orders", BreakerConfig::relaxed());
+    assert_eq!(orders.config().failure_ratio(), 0.3);
+    assert_eq!(orders.config().cooldown(), Duration::from_secs(10));
+    // Only the attribute and `[defaults]`.
+    let other = r.breaker(
+        "other",
+        BreakerConfig::new().with_window(Duration::from_secs(5)),
+    );
+    assert_eq!(
+        other.config().window(),
+        Window::Time(Duration::from_secs(5))
+    );
+    assert_eq!(other.config().cooldown(), Duration::from_secs(10));
+}
+
+#[test]
+fn policies_follow_the_same_precedence() {
+    let r = registry();
+    let user = r.policy("user", Policy::builder().with_max_attempts(2));
+    assert_eq!(user.max_attempts(), 5);
+    assert_eq!(user.backoff().initial(), Duration::from_millis(50));
+    assert_eq!(
+        r.policy("orders", PolicyBuilder::http()),
+        Policy::background()
+    );
+    assert_eq!(
+        r.policy("none", PolicyBuilder::db_tx()),
+        Policy::db_tx(),
+        "the attribute's values when nothing else names it"
+    );
+}
+
+#[test]
+fn service_comes_from_the_file_then_the_code() {
+    assert_eq!(registry().service(), "checkout");
+    let r = Registry::builder().service("api").build().unwrap();
+    assert_eq!(r.service(), "api");
+    assert_eq!(
+        Registry::builder().build().unwrap().service(),
+        "unknown_service"
+    );
+}
+
+#[test]
+fn reconfiguring_a_breaker_in_use_is_refused() {
+    let r = registry();
+    r.reconfigure("billing", BreakerConfig::critical()).unwrap();
+    let billing = r.breaker("billing", BreakerConfig::new());
+    assert_eq!(
+        billing.config().failure_ratio(),
+        0.3,
+        "applied before first use"
+    );
+    let err = r
+        .reconfigure("billing", BreakerConfig::relaxed())
+        .unwrap_err();
+    assert_eq!(err.subject(), "circuit breaker `billing`");
+    assert!(err.reason().contains("already in use"), "{err}");
+    assert_eq!(billing.config().failure_ratio(), 0.3, "unchanged");
+    let err = r
+        .reconfigure("new", BreakerConfig::new().with_half_open(0))
+        .unwrap_err();
+    assert_eq!((err.field(), err.value()), ("half_open", "0"));
+}
+
+#[test]
+fn invalid_code_configuration_fails_the_build() {
+    let err = Registry::builder()
+        .breaker("user", BreakerConfig::new().with_failure_ratio(0.0))
+        .build()
+        .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "invalid circuit breaker `user`: `ratio = 0`: the failure ratio is a fraction in (0, 1], e.g. 0.5"
+    );
+}
+
+fn file_error(toml: &str) -> ConfigError {
+    Registry::builder()
+        .config_str(toml, "app.toml")
+        .unwrap_err()
+}
+
+#[test]
+fn bad_files_name_the_file_the_key_and_the_value() {
+    let err = file_error("[breakers.user]\nratoi = 0.3\n");
+    assert_eq!(err.subject(), "`app.toml` line 2");
+    assert_eq!((err.field(), err.value()), ("ratoi", "0.3"));
+    assert!(err.reason().contains("unknown field `ratoi`"), "{err}");
+
+    let err = file_error("[breakers.user]\nmin = \"ten\"\n");
+    assert_eq!((err.field(), err.value()), ("min", "\"ten\""));
+    assert_eq!(err.subject(), "`app.toml` line 2");
+
+    let err = file_error("[breakers.user]\nratio = 1.5\n");
+    assert_eq!(err.subject(), "`[breakers.user]` in `app.toml`");
+    assert_eq!((err.field(), err.value()), ("ratio", "1.5"));
+
+    let err = file_error("[defaults]\ncooldown = \"30 parsecs\"\n");
+    assert_eq!(err.subject(), "`[defaults]` in `app.toml`");
+    assert_eq!((err.field(), err.value()), ("cooldown", "\"30 parsecs\""));
+
+    let err = file_error("[retry.user]\njitter = 0.01\n");
+    assert_eq!(err.subject(), "`[retry.user]` in `app.toml`");
+    assert_eq!(err.field(), "jitter");
+
+    let err = file_error("[breaker.user]\nmin = 1\n");
+    assert_eq!(err.field(), "[breaker.user]");
+    assert!(err.reason().contains("unknown field `breaker`"), "{err}");
+
+    let err = file_error("[breakers.user]\nwindow = \"60s\"\nwindow_calls = 100\n");
+    assert_eq!(err.field(), "window_calls");
+
+    let err = file_error("service = \"\"\n");
+    assert_eq!(err.field(), "service");
+}
+
+#[test]
+fn a_missing_file_is_an_error_naming_it() {
+    let err = Registry::builder()
+        .config_file("/nonexistent/resilience.toml")
+        .unwrap_err();
+    assert_eq!(
+        (err.field(), err.value()),
+        ("file", "/nonexistent/resilience.toml")
+    );
+}
+
+#[test]
+fn a_file_on_disk_is_read() {
+    let path = std::env::temp_dir().join(format!("resilience-{}.toml", std::process::id()));
+    std::fs::write(&path, FILE).unwrap();
+    let r = Registry::builder()
+        .config_file(&path)
+        .unwrap()
+        .build()
+        .unwrap();
+    std::fs::remove_file(&path).unwrap();
+    assert_eq!(r.service(), "checkout");
+    assert_eq!(
+        r.breaker("user", BreakerConfig::new())
+            .config()
+            .min_requests(),
+        10
+    );
+}
