@@ -67,8 +67,12 @@ pub(crate) fn expand(args: TokenStream, input: TokenStream) -> TokenStream {
     }
     item.attrs = kept;
 
+    let async_trait = crate::async_trait::detect(&item);
     let checks = [
-        validate::asyncness(&item.sig, "circuit_breaker"),
+        match &async_trait {
+            Some(_) => Ok(()),
+            None => validate::asyncness(&item.sig, "circuit_breaker"),
+        },
         validate::instrument_order(&item, "circuit_breaker"),
     ];
     for check in checks {
@@ -76,10 +80,16 @@ pub(crate) fn expand(args: TokenStream, input: TokenStream) -> TokenStream {
             errors.push(err);
         }
     }
-    let result = sig::result_type(&item.sig, "circuit_breaker");
+    let result = match &async_trait {
+        Some(parts) => {
+            let output = syn::ReturnType::Type(Default::default(), Box::new(parts.output.clone()));
+            sig::result_type_of(&output, &item.sig, "circuit_breaker")
+        }
+        None => sig::result_type(&item.sig, "circuit_breaker"),
+    };
     let copies = retry.is_some() || breaker.fallback.is_some();
     let mut rewritten = item.clone();
-    let params = sig::params(&mut rewritten.sig, copies);
+    let params = sig::params(&mut rewritten.sig, copies && async_trait.is_none());
     if let Some(retry) = &retry {
         if let Err(err) = idempotency::check(retry, &item.sig.ident, params.has_idempotency_key) {
             errors.push(err);
@@ -100,5 +110,6 @@ pub(crate) fn expand(args: TokenStream, input: TokenStream) -> TokenStream {
         breaker: Some(&breaker),
         params,
         result,
+        async_trait,
     })
 }

@@ -9,6 +9,7 @@ use syn::ItemFn;
 use syn::visit_mut::VisitMut;
 
 use crate::args::{BreakerArgs, BreakerPreset, RetryArgs, RetryPreset};
+use crate::async_trait::AsyncTraitBody;
 use crate::sig::{Params, ReplaceSelf, ResultType};
 
 /// Everything `expand` needs about one protected fn.
@@ -18,6 +19,8 @@ pub(crate) struct Plan<'a> {
     pub(crate) breaker: Option<&'a BreakerArgs>,
     pub(crate) params: Params,
     pub(crate) result: ResultType,
+    /// The method was rewritten by `#[async_trait]` first.
+    pub(crate) async_trait: Option<AsyncTraitBody>,
 }
 
 /// Input:
@@ -48,8 +51,9 @@ pub(crate) fn expand(plan: Plan<'_>) -> TokenStream {
         mut item,
         retry,
         breaker,
-        params,
+        mut params,
         result,
+        async_trait,
     } = plan;
     if params.self_by_value {
         ReplaceSelf.visit_block_mut(&mut item.block);
@@ -58,8 +62,20 @@ pub(crate) fn expand(plan: Plan<'_>) -> TokenStream {
         attrs,
         vis,
         sig,
-        block,
+        mut block,
     } = item;
+    let mut wrap = None;
+    if let Some(parts) = async_trait {
+        // `#[async_trait]` moved `self` into `__self`.
+        for arg in &mut params.forward {
+            if arg.to_string() == "self" {
+                *arg = quote!(__self);
+            }
+        }
+        params.per_attempt = parts.per_attempt;
+        *block = parts.block;
+        wrap = Some((parts.box_pin, parts.prelude));
+    }
     let per_attempt = &params.per_attempt;
     let ret = &result.ty;
     // The body keeps its own spans and is checked against the user's
@@ -148,6 +164,14 @@ pub(crate) fn expand(plan: Plan<'_>) -> TokenStream {
         };
     }
 
+    if let Some((box_pin, prelude)) = wrap {
+        body = quote! {
+            #box_pin(async move {
+                #(#prelude)*
+                #body
+            })
+        };
+    }
     quote! {
         #(#attrs)*
         #vis #sig {

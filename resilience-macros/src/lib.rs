@@ -11,6 +11,7 @@
 use proc_macro::TokenStream;
 
 mod args;
+mod async_trait;
 mod breaker;
 mod duration;
 mod errors;

@@ -32,9 +32,13 @@ pub(crate) fn expand(args: TokenStream, input: TokenStream) -> TokenStream {
             "`#[retry]` is applied more than once; one chain is bounded, two nested chains multiply the attempts",
         ));
     }
+    let async_trait = crate::async_trait::detect(&item);
     let checks = [
         validate::order(&item),
-        validate::asyncness(&item.sig, "retry"),
+        match &async_trait {
+            Some(_) => Ok(()),
+            None => validate::asyncness(&item.sig, "retry"),
+        },
         validate::instrument_order(&item, "retry"),
     ];
     for check in checks {
@@ -42,9 +46,15 @@ pub(crate) fn expand(args: TokenStream, input: TokenStream) -> TokenStream {
             errors.push(err);
         }
     }
-    let result = sig::result_type(&item.sig, "retry");
+    let result = match &async_trait {
+        Some(parts) => {
+            let output = syn::ReturnType::Type(Default::default(), Box::new(parts.output.clone()));
+            sig::result_type_of(&output, &item.sig, "retry")
+        }
+        None => sig::result_type(&item.sig, "retry"),
+    };
     let mut rewritten = item.clone();
-    let params = sig::params(&mut rewritten.sig, true);
+    let params = sig::params(&mut rewritten.sig, async_trait.is_none());
     if let Err(err) = idempotency::check(&args, &item.sig.ident, params.has_idempotency_key) {
         errors.push(err);
     }
@@ -62,6 +72,7 @@ pub(crate) fn expand(args: TokenStream, input: TokenStream) -> TokenStream {
         breaker: None,
         params,
         result,
+        async_trait,
     });
     quote!(#output)
 }

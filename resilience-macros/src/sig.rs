@@ -145,7 +145,16 @@ pub(crate) struct ResultType {
 /// `Result`); otherwise the error to report, on the return type or, when
 /// there is none, on the parameter list.
 pub(crate) fn result_type(sig: &Signature, attribute: &str) -> Result<ResultType, syn::Error> {
-    let ty = match &sig.output {
+    result_type_of(&sig.output, sig, attribute)
+}
+
+/// Like [`result_type`], for the output of a future (`#[async_trait]`).
+pub(crate) fn result_type_of(
+    output: &ReturnType,
+    sig: &Signature,
+    attribute: &str,
+) -> Result<ResultType, syn::Error> {
+    let ty = match output {
         ReturnType::Type(_, ty) => ty,
         ReturnType::Default => {
             return Err(syn::Error::new(
