@@ -226,7 +226,9 @@ async fn handle(
         .and_then(|v| v.to_str().ok())
         .map(str::to_owned);
     let at = Instant::now();
-    let (reply, ok_body) = {
+    // Logged on arrival: a request the client gives up on (an attempt
+    // timeout) is dropped by hyper before it is answered.
+    let (reply, ok_body, index) = {
         let mut inner = lock(&inner);
         let route = inner.routes.entry(path.clone()).or_default();
         let reply = route
@@ -235,7 +237,16 @@ async fn handle(
             .or_else(|| route.steady.clone())
             .unwrap_or(Reply::Ok);
         let ok_body = route.body.clone().unwrap_or_else(|| format!("ok {path}"));
-        (reply, ok_body)
+        inner.log.push(Logged {
+            method: method.clone(),
+            path: path.clone(),
+            idempotency_key: key.clone(),
+            body,
+            at,
+            reply: reply.clone(),
+            replayed: false,
+        });
+        (reply, ok_body, inner.log.len() - 1)
     };
 
     if let Reply::Slow(delay) = reply {
@@ -287,15 +298,11 @@ async fn handle(
             response
         }
     };
-    lock(&inner).log.push(Logged {
-        method,
-        path,
-        idempotency_key: key,
-        body,
-        at,
-        reply,
-        replayed,
-    });
+    if replayed {
+        if let Some(logged) = lock(&inner).log.get_mut(index) {
+            logged.replayed = true;
+        }
+    }
     response
 }
 
