@@ -21,7 +21,10 @@ use resilience_runtime::Error;
 use resilience_runtime::breaker::{BreakerConfig, Call, CircuitBreaker};
 use resilience_runtime::deadline;
 use resilience_runtime::registry;
-use resilience_runtime::retry::{Classify, Event, GiveUp, LazyRng, Policy, PolicyBuilder, Verdict};
+use resilience_runtime::retry::{
+    Classify, Event, GiveUp, LazyRng, Policy, PolicyBuilder, Reason, Verdict,
+};
+use resilience_runtime::telemetry::{self, CallScope, Labels, Observed, Status};
 use tokio::time::{Instant, Sleep};
 
 /// The retry policy of one `#[retry]` call site.
@@ -46,6 +49,12 @@ impl RetrySite {
     /// The site's name: the attribute's `name`, or the fn's path.
     pub fn name(&self) -> &'static str {
         self.name
+    }
+
+    /// The labels of its metrics: the registry's service, the site's name.
+    #[inline]
+    pub fn labels(&self) -> Labels {
+        Labels::of(self.name)
     }
 
     /// The policy in force: resolved on the first call from the global
@@ -80,13 +89,16 @@ enum Timer {
 /// logical call.
 #[derive(Debug)]
 pub struct Chain<W> {
-    site: &'static RetrySite,
     policy: Policy,
     when: W,
     attempt: u32,
     start: Option<Instant>,
     previous_delay: Duration,
     rng: LazyRng,
+    /// The logical call's span, clock and attempt metrics.
+    scope: CallScope,
+    /// Why the last attempt failed, for the metrics.
+    reason: Option<Reason>,
 }
 
 /// Starts a chain at `site`, classifying errors with their [`Classify`] impl.
@@ -104,13 +116,14 @@ pub fn retry_when<W>(site: &'static RetrySite, when: W) -> Chain<Custom<W>> {
 impl<W> Chain<W> {
     fn new(site: &'static RetrySite, when: W) -> Self {
         Self {
-            site,
             policy: site.policy(),
             when,
             attempt: 0,
             start: None,
             previous_delay: Duration::ZERO,
             rng: LazyRng::default(),
+            scope: CallScope::new(site.labels()),
+            reason: None,
         }
     }
 }
@@ -146,12 +159,20 @@ impl<W> Chain<Custom<W>> {
 pub trait Judge<E> {
     /// The verdict on `error`.
     fn judge(&mut self, error: &E) -> Verdict;
+
+    /// Why the dependency failed, given the verdict, for the metrics.
+    fn reason(&self, error: &E, verdict: Verdict) -> Option<Reason>;
 }
 
 impl<E: Classify> Judge<E> for ByClassify {
     #[inline]
     fn judge(&mut self, error: &E) -> Verdict {
         error.classify()
+    }
+
+    #[inline]
+    fn reason(&self, error: &E, _: Verdict) -> Option<Reason> {
+        error.reason()
     }
 }
 
@@ -163,6 +184,12 @@ where
     #[inline]
     fn judge(&mut self, error: &E) -> Verdict {
         (self.0)(error).into()
+    }
+
+    /// `Classify::reason`'s default: a retryable error is a network one.
+    #[inline]
+    fn reason(&self, _: &E, verdict: Verdict) -> Option<Reason> {
+        verdict.is_retryable().then_some(Reason::Network)
     }
 }
 
@@ -231,7 +258,30 @@ where
 {
     type Output = ControlFlow<Result<T, E>>;
 
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+    /// Every poll runs inside the call's span; the chain's outcome closes
+    /// its clock.
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let _entered = self.as_mut().project().chain.scope.enter();
+        let output = self.as_mut().poll_attempt(cx);
+        if let Poll::Ready(ControlFlow::Break(result)) = &output {
+            let chain = &*self.as_mut().project().chain;
+            chain.scope.finish(match result {
+                Ok(_) => Status::Ok,
+                Err(_) => Status::failed(chain.reason),
+            });
+        }
+        output
+    }
+}
+
+impl<Fut, T, E, W> Attempt<'_, Fut, W>
+where
+    Fut: Future<Output = Result<T, E>>,
+    E: FromRuntimeError,
+    W: Judge<E>,
+{
+    #[inline(always)]
+    fn poll_attempt(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<ControlFlow<Result<T, E>>> {
         let mut this = self.project();
         let chain = &mut **this.chain;
         if *this.stage == Stage::Start {
@@ -287,7 +337,9 @@ where
                             return Poll::Ready(ControlFlow::Break(Err(chain.deadline_passed())));
                         }
                         Timer::Budget | Timer::None => {
-                            let error = E::from(Error::BudgetExhausted(chain.policy.max_elapsed()));
+                            let exhausted = Error::BudgetExhausted(chain.policy.max_elapsed());
+                            chain.reason = exhausted.reason();
+                            let error = E::from(exhausted);
                             return Poll::Ready(chain.give_up(error, GiveUp::Elapsed));
                         }
                     }
@@ -300,6 +352,7 @@ where
                 Err(error) => error,
             };
             let verdict = chain.when.judge(&error);
+            chain.reason = chain.when.reason(&error, verdict);
             match chain.failed(error, verdict) {
                 ControlFlow::Break(done) => return Poll::Ready(ControlFlow::Break(done)),
                 ControlFlow::Continue(until) => {
@@ -317,6 +370,7 @@ where
 
 impl<W> Chain<W> {
     fn deadline_passed<E: FromRuntimeError>(&mut self) -> E {
+        self.reason = Error::DeadlineExceeded.reason();
         let error = E::from(Error::DeadlineExceeded);
         self.notify(&Event::GaveUp {
             attempt: self.attempt,
@@ -371,6 +425,7 @@ impl<W> Chain<W> {
         if deadline_left.is_some_and(|left| left <= budget_left && delay >= left) {
             // The hook sees the real error; the caller learns why we stopped.
             let _ = self.give_up::<T, E, Instant>(error, GiveUp::Deadline);
+            self.reason = Error::DeadlineExceeded.reason();
             return ControlFlow::Break(Err(E::from(Error::DeadlineExceeded)));
         }
         if delay >= budget_left {
@@ -396,31 +451,10 @@ impl<W> Chain<W> {
 
     /// Every attempt's outcome passes here: the one place for logs and metrics of the retry layer.
     fn notify<E>(&self, event: &Event<'_, E>) {
-        match event {
-            Event::Success { attempt: 1 } => {}
-            Event::Success { attempt } => {
-                tracing::debug!(site = self.site.name, attempt, "succeeded after retrying");
-            }
-            Event::Retry { attempt, delay, .. } => {
-                tracing::debug!(
-                    site = self.site.name,
-                    attempt,
-                    ?delay,
-                    "attempt failed, retrying"
-                );
-            }
-            Event::GaveUp {
-                attempt, reason, ..
-            } => {
-                tracing::debug!(
-                    site = self.site.name,
-                    attempt,
-                    reason = reason.as_str(),
-                    "giving up"
-                );
-            }
-            _ => {}
-        }
+        // Events (DEBUG/INFO/WARN, with the attempt, the pause and the
+        // reason) and `http_client_retries_total` / `dependency_errors_total`.
+        let reason = self.reason;
+        self.scope.attempt(event, |_| reason);
     }
 }
 
@@ -461,13 +495,16 @@ impl BreakerSite {
 
 /// One logical call through the site's breaker: the whole retry chain
 /// inside counts once.
+///
+/// Observed as the logical call (span, duration): a `#[retry]` chain
+/// inside is part of it and counts its attempts under the breaker's name.
 #[inline]
-pub fn breaker<Fut, T, E>(site: &'static BreakerSite, call: Fut) -> Call<'static, Fut>
+pub fn breaker<Fut, T, E>(site: &'static BreakerSite, call: Fut) -> Observed<Call<'static, Fut>>
 where
     Fut: Future<Output = Result<T, E>>,
     E: Classify + FromRuntimeError,
 {
-    site.get().call(call)
+    telemetry::observe(Labels::of(site.name), site.get().call(call))
 }
 
 /// What a call with a fallback came to.

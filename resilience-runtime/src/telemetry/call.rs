@@ -142,7 +142,7 @@ impl CallScope {
     /// poll, never across an `.await`); the first time, opens the span and
     /// starts the clock.
     #[inline]
-    pub fn enter(&self) -> Entered<'_> {
+    pub fn enter(&self) -> Entered {
         let clock = match self.clock.get() {
             Clock::Unpolled => self.start(),
             clock => clock,
@@ -156,7 +156,7 @@ impl CallScope {
             (clock, Some(span)) => Entered {
                 _quiet: emit::QuietScope::enter(matches!(clock, Clock::Off)),
                 current: Some(CURRENT.replace(Some(self.labels.get()))),
-                _span: Some(span.enter()),
+                _span: (!span.is_disabled()).then(|| span.clone().entered()),
             },
         }
     }
@@ -235,16 +235,17 @@ impl fmt::Debug for CallScope {
     }
 }
 
-/// A [`CallScope`] entered for one poll; see [`CallScope::enter`].
+/// A [`CallScope`] entered for one poll; see [`CallScope::enter`]. It
+/// holds its own handle on the span, so the scope stays usable meanwhile.
 #[must_use = "the scope is left when the guard drops"]
-pub struct Entered<'a> {
+pub struct Entered {
     _quiet: emit::QuietScope,
     /// The labels to restore as current on drop.
     current: Option<Option<Labels>>,
-    _span: Option<tracing::span::Entered<'a>>,
+    _span: Option<tracing::span::EnteredSpan>,
 }
 
-impl Drop for Entered<'_> {
+impl Drop for Entered {
     #[inline]
     fn drop(&mut self) {
         if let Some(previous) = self.current {
@@ -253,7 +254,7 @@ impl Drop for Entered<'_> {
     }
 }
 
-impl fmt::Debug for Entered<'_> {
+impl fmt::Debug for Entered {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Entered").finish_non_exhaustive()
     }

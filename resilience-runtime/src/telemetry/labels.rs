@@ -145,13 +145,19 @@ impl Status {
     pub fn of<T, E: Classify>(result: &Result<T, E>) -> Self {
         match result {
             Ok(_) => Status::Ok,
-            Err(error) => match error.reason() {
-                None => Status::Error,
-                Some(Reason::Timeout) => Status::Timeout,
-                Some(Reason::ServerError) => Status::ServerError,
-                Some(Reason::Network) => Status::Network,
-                Some(Reason::CircuitOpen) => Status::CircuitOpen,
-            },
+            Err(error) => Status::failed(error.reason()),
+        }
+    }
+
+    /// The status of a call that failed for `reason` (`None`: not the
+    /// dependency's fault), for errors classified without [`Classify`].
+    pub const fn failed(reason: Option<Reason>) -> Self {
+        match reason {
+            None => Status::Error,
+            Some(Reason::Timeout) => Status::Timeout,
+            Some(Reason::ServerError) => Status::ServerError,
+            Some(Reason::Network) => Status::Network,
+            Some(Reason::CircuitOpen) => Status::CircuitOpen,
         }
     }
 
