@@ -18,14 +18,12 @@ use axum::Router;
 use axum::routing::get;
 use common::{FaultServer, Reply};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
-use resilience::breaker::{BreakerConfig, CircuitBreaker};
-use resilience::registry::{self, Registry};
-use resilience::retry::{Classify, HttpStatus, Policy, Reason, Verdict};
-use resilience::telemetry::{self, Labels, RetryMetrics};
+use resilience::breaker::BreakerConfig;
+use resilience::registry::Registry;
+use resilience::retry::{Classify, HttpStatus, Reason, Verdict};
+use resilience::{circuit_breaker, retry, telemetry};
 
-/// The dependency: the `target` label, and the breaker's name.
-const USERS: &str = "users";
-/// The breaker's cooldown, short for the demo (SPEC default: 30 s).
+/// The breaker's cooldown, as written in the attribute.
 const COOLDOWN: Duration = Duration::from_millis(500);
 
 #[derive(Debug)]
@@ -64,36 +62,25 @@ impl Classify for ClientError {
 struct UserClient {
     http: reqwest::Client,
     base: String,
-    labels: Labels,
-    breaker: &'static CircuitBreaker,
 }
 
 impl UserClient {
-    /// One logical call: a span and its duration, around the breaker,
-    /// around up to 3 attempts (SPEC §5 layer order).
+    /// One attempt; the attributes make it one logical call: a span and a
+    /// duration, the breaker `users` around up to 3 attempts (SPEC §5
+    /// layer order). The cooldown is short for the demo (SPEC: 30 s).
+    #[circuit_breaker(name = "users", min = 4, ratio = 0.5, cooldown = "500ms")]
+    #[retry(max = 3, initial = "100ms")]
     async fn get_user(&self, id: u64) -> Result<String, ClientError> {
-        let url = format!("{}/users/{id}", self.base);
-        let attempt = || async {
-            let response = self
-                .http
-                .get(&url)
-                .send()
-                .await
-                .map_err(ClientError::Transport)?;
-            match response.status().as_u16() {
-                200 => response.text().await.map_err(ClientError::Transport),
-                code => Err(ClientError::Status(code)),
-            }
-        };
-        telemetry::observe(
-            self.labels,
-            self.breaker.call(
-                Policy::http()
-                    .retry(attempt)
-                    .notify_with(RetryMetrics::new(self.labels)),
-            ),
-        )
-        .await
+        let response = self
+            .http
+            .get(format!("{}/users/{id}", self.base))
+            .send()
+            .await
+            .map_err(ClientError::Transport)?;
+        match response.status().as_u16() {
+            200 => response.text().await.map_err(ClientError::Transport),
+            code => Err(ClientError::Status(code)),
+        }
     }
 }
 
@@ -203,20 +190,18 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let client = UserClient {
         http: reqwest::Client::new(),
         base: server.url(""),
-        labels: Labels::of(USERS),
-        breaker: registry.breaker(
-            USERS,
+    };
+    // The breaker of `#[circuit_breaker(name = "users", …)]`: the same one,
+    // by name. Each change is a WARN event through `tracing` and the
+    // `circuit_breaker_state` gauge; the hook prints it for the demo.
+    registry
+        .breaker(
+            "users",
             BreakerConfig::new()
                 .with_min_requests(4)
                 .with_failure_ratio(0.5)
                 .with_cooldown(COOLDOWN),
-        ),
-    };
-    debug_assert!(std::ptr::eq(registry, registry::global()));
-    // Each change is also a WARN event through `tracing` and the
-    // `circuit_breaker_state` gauge; the hook prints it for the demo.
-    client
-        .breaker
+        )
         .on_state_change(|name, from, to| println!("  breaker `{name}`: {from} -> {to}"));
     loop {
         script(&server);

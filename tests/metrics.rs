@@ -348,3 +348,59 @@ async fn a_breaker_trips_once_then_recovers_through_half_open() {
     assert_eq!(samples[&duration("bucket", "ok", Some("0.5"))], 0.0);
     assert_eq!(samples[&duration("bucket", "ok", Some("2.5"))], 1.0);
 }
+
+/// One attempt of an annotated fn: the next scripted status.
+#[resilience::retry(name = "profiles", max = 3, initial = "100ms")]
+async fn get_profile(script: &std::sync::Mutex<Vec<u16>>) -> Result<u16, ClientError> {
+    let status = script.lock().unwrap().remove(0);
+    match status {
+        200 => Ok(status),
+        code => Err(ClientError::Status(code)),
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_annotated_fn_is_one_observed_call() {
+    let recorder = prometheus();
+    let handle = recorder.handle();
+    let _local = metrics::set_default_local_recorder(&recorder);
+    // The only test of this binary that touches the global registry.
+    Registry::builder().service("checkout").install().unwrap();
+
+    let script = std::sync::Mutex::new(vec![502, 503, 200]);
+    assert_eq!(get_profile(&script).await.unwrap(), 200);
+
+    let samples = parse(&handle.render()).0;
+    let series = |name: &str, labels: &str| {
+        format!("{name}{{{labels}service=\"checkout\",target=\"profiles\"}}")
+    };
+    let got: BTreeMap<&str, f64> = samples
+        .iter()
+        .filter(|(k, _)| k.contains("target=\"profiles\"") && !k.contains("_bucket"))
+        .map(|(k, v)| (k.as_str(), *v))
+        .collect();
+    let retries = |attempt: &str, result: &str| {
+        series(
+            "http_client_retries_total",
+            &format!("attempt=\"{attempt}\",result=\"{result}\","),
+        )
+    };
+    let expected = [
+        (retries("1", "retry"), 1.0),
+        (retries("2", "retry"), 1.0),
+        (retries("3", "success"), 1.0),
+        (series("dependency_errors_total", "reason=\"5xx\","), 2.0),
+        (
+            "http_client_request_duration_seconds_count{service=\"checkout\",status=\"ok\",target=\"profiles\"}"
+                .to_owned(),
+            1.0,
+        ),
+    ];
+    for (key, value) in &expected {
+        assert_eq!(got.get(key.as_str()), Some(value), "{key} in {got:#?}");
+    }
+    // And the sum: the two pauses, 100 ms and 200 ms ±25 %.
+    let sum = got["http_client_request_duration_seconds_sum{service=\"checkout\",status=\"ok\",target=\"profiles\"}"];
+    assert!((0.225..0.376).contains(&sum), "{sum}");
+    assert_eq!(got.len(), expected.len() + 1, "{got:#?}");
+}
