@@ -54,9 +54,17 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!
+//! Functions under `#[retry]` and `#[circuit_breaker]` emit all of this
+//! with no code: the `service` label is the registry's
+//! ([`Labels::of`]), `target` the breaker's name, or the retry site's when
+//! there is no breaker. By hand, wrap a call in [`observe`] and give its
+//! retry chain a [`RetryMetrics`] hook; a loop of your own uses a
+//! [`CallScope`].
+//!
 //! # Traces
 //!
-//! A logical call runs in one `resilience.call` span at INFO ([`observe`]),
+//! A logical call runs in one `resilience.call` span at INFO ([`observe`],
+//! [`CallScope`]; a call nested in another on the same thread joins it),
 //! with the fields `service`, `target`, `otel.kind = "client"`, and, once it
 //! finishes, `status` and `otel.status_code`. Inside it, each attempt is an
 //! event ([`RetryMetrics`]): DEBUG for a success, INFO for a failure that
