@@ -634,18 +634,21 @@ mod tests {
             .with_max_elapsed(Duration::from_secs(2)),
     );
 
+    /// A site, a script, a deadline in ms, the outcome, the attempts made.
+    type Case = (
+        &'static RetrySite,
+        &'static [Step],
+        Option<u64>,
+        Result<u32, Failure>,
+        usize,
+    );
+
     /// The chain re-implements the runtime executor's rules for a loop the
     /// expansion drives; both must agree on every outcome.
     #[tokio::test(start_paused = true)]
     async fn the_chain_agrees_with_the_runtime_executor() {
         use Step::*;
-        let cases: &[(
-            &'static RetrySite,
-            &[Step],
-            Option<u64>,
-            Result<u32, Failure>,
-            usize,
-        )] = &[
+        let cases: &[Case] = &[
             (
                 &HTTP,
                 &[Status(502), Status(502), Status(200)],
