@@ -6,13 +6,20 @@
 //!
 //! - Every route answers from its own script, one [`Reply`] per request, then
 //!   from its steady reply ([`FaultServer::always`], `200` by default).
-//! - `POST /payments` is an idempotent endpoint (SPEC §3): it rejects a
-//!   request without `Idempotency-Key` with `400 missing_idempotency_key`,
-//!   stores the response of the first request per key and replays it to later
-//!   ones with `X-Idempotency-Replay: true`.
-//! - Every request is logged ([`FaultServer::requests`]) with its method,
-//!   path, `Idempotency-Key` and arrival time on tokio's clock, so a test
-//!   under a paused clock can assert the pauses between attempts.
+//! - `POST /payments` creates a payment behind the library's own
+//!   server-side idempotency layer
+//!   ([`IdempotencyLayer`](resilience::idempotency::server::IdempotencyLayer),
+//!   SPEC §3): a request without `Idempotency-Key` gets
+//!   `400 missing_idempotency_key`, the first response per key is stored and
+//!   replayed to later requests with `X-Idempotency-Replay: true`.
+//! - Faults are played outside that layer, as the network would: a scripted
+//!   status answers before the payment handler runs; [`Reply::DropMidBody`]
+//!   lets the handler run and its response be stored, then cuts the
+//!   connection in the middle of the body.
+//! - Every request is logged ([`FaultServer::requests`]) on arrival with its
+//!   method, path, `Idempotency-Key`, body and arrival time on tokio's
+//!   clock, so a test under a paused clock can assert the pauses between
+//!   attempts.
 //!
 //! The server runs as a task of the caller's runtime: under
 //! `#[tokio::test(start_paused = true)]` it shares the paused clock, which
@@ -27,15 +34,21 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::body::{Body, Bytes};
-use axum::extract::State;
-use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Uri, header};
+use axum::extract::{Request, State};
+use axum::http::{HeaderValue, Method, StatusCode, header};
+use axum::middleware::Next;
 use axum::response::Response;
+use axum::routing::post;
+use resilience::idempotency::server::{IdempotencyLayer, MemoryStore};
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 /// The path of the idempotent payment endpoint.
 pub const PAYMENTS: &str = "/payments";
+
+/// The largest request body the server reads.
+const MAX_BODY: usize = 1024 * 1024;
 
 /// What the server does with one request.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -79,9 +92,9 @@ pub struct Logged {
     pub body: Bytes,
     /// When the request arrived, on tokio's clock.
     pub at: Instant,
-    /// What the server answered.
+    /// What the script said to do with it.
     pub reply: Reply,
-    /// `true` when the answer was a stored response replayed for a key.
+    /// `true` when the answer was a stored response replayed for its key.
     pub replayed: bool,
 }
 
@@ -96,15 +109,17 @@ struct Route {
 struct Inner {
     routes: HashMap<String, Route>,
     log: Vec<Logged>,
-    /// Idempotency-Key → the stored body of the first response.
-    payments: HashMap<String, String>,
+    /// Payments the handler created (a replay creates none).
+    payments: usize,
 }
+
+type Shared = Arc<Mutex<Inner>>;
 
 /// The server: dropped, it stops.
 #[derive(Debug)]
 pub struct FaultServer {
     addr: SocketAddr,
-    inner: Arc<Mutex<Inner>>,
+    inner: Shared,
     task: JoinHandle<()>,
 }
 
@@ -114,8 +129,15 @@ impl FaultServer {
     pub async fn start() -> std::io::Result<Self> {
         let listener = TcpListener::bind((std::net::Ipv4Addr::LOCALHOST, 0)).await?;
         let addr = listener.local_addr()?;
-        let inner = Arc::new(Mutex::new(Inner::default()));
-        let app = Router::new().fallback(handle).with_state(inner.clone());
+        let inner = Shared::default();
+        let app = Router::new()
+            .route(
+                PAYMENTS,
+                post(create_payment).layer(IdempotencyLayer::new(MemoryStore::default())),
+            )
+            .fallback(serve_route)
+            .layer(axum::middleware::from_fn_with_state(inner.clone(), play))
+            .with_state(inner.clone());
         let task = tokio::spawn(async move {
             // Ends only when the task is aborted, on drop.
             let _ = axum::serve(listener, app).await;
@@ -187,12 +209,7 @@ impl FaultServer {
 
     /// How many payments `POST /payments` actually created.
     pub fn payments_created(&self) -> usize {
-        self.lock().payments.len()
-    }
-
-    /// Forgets the log, the scripts and the payments; the port stays.
-    pub fn reset(&self) {
-        *self.lock() = Inner::default();
+        self.lock().payments
     }
 
     fn lock(&self) -> MutexGuard<'_, Inner> {
@@ -213,22 +230,17 @@ fn lock(inner: &Mutex<Inner>) -> MutexGuard<'_, Inner> {
         .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
-async fn handle(
-    State(inner): State<Arc<Mutex<Inner>>>,
-    method: Method,
-    uri: Uri,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Response {
-    let path = uri.path().to_owned();
-    let key = headers
-        .get("idempotency-key")
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_owned);
-    let at = Instant::now();
+/// The outermost layer: logs the request, then plays the route's script
+/// around the rest of the app.
+async fn play(State(inner): State<Shared>, request: Request, next: Next) -> Response {
+    let (parts, body) = request.into_parts();
+    let Ok(body) = axum::body::to_bytes(body, MAX_BODY).await else {
+        return status(413, "request body too large".to_owned());
+    };
+    let path = parts.uri.path().to_owned();
     // Logged on arrival: a request the client gives up on (an attempt
     // timeout) is dropped by hyper before it is answered.
-    let (reply, ok_body, index) = {
+    let (reply, index) = {
         let mut inner = lock(&inner);
         let route = inner.routes.entry(path.clone()).or_default();
         let reply = route
@@ -236,74 +248,70 @@ async fn handle(
             .pop_front()
             .or_else(|| route.steady.clone())
             .unwrap_or(Reply::Ok);
-        let ok_body = route.body.clone().unwrap_or_else(|| format!("ok {path}"));
         inner.log.push(Logged {
-            method: method.clone(),
-            path: path.clone(),
-            idempotency_key: key.clone(),
-            body,
-            at,
+            method: parts.method.clone(),
+            path,
+            idempotency_key: parts
+                .headers
+                .get("idempotency-key")
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned),
+            body: body.clone(),
+            at: Instant::now(),
             reply: reply.clone(),
             replayed: false,
         });
-        (reply, ok_body, inner.log.len() - 1)
+        (reply, inner.log.len() - 1)
     };
 
-    if let Reply::Slow(delay) = reply {
-        tokio::time::sleep(delay).await;
-    }
-    let mut replayed = false;
+    let request = Request::from_parts(parts, Body::from(body));
     let response = match &reply {
-        Reply::Status(code) => status(*code, format!("scripted {code}")),
+        Reply::Status(code) => return status(*code, format!("scripted {code}")),
         Reply::RetryAfter(code, secs) => {
             let mut response = status(*code, format!("scripted {code}, retry after {secs}s"));
             response
                 .headers_mut()
                 .insert(header::RETRY_AFTER, HeaderValue::from(*secs));
-            response
+            return response;
         }
-        Reply::Ok | Reply::Slow(_) | Reply::DropMidBody => {
-            let (code, text) = if method == Method::POST && path == PAYMENTS {
-                match &key {
-                    None => (400, "missing_idempotency_key".to_owned()),
-                    Some(key) => {
-                        let mut inner = lock(&inner);
-                        let next_id = inner.payments.len() + 1;
-                        match inner.payments.get(key) {
-                            Some(stored) => {
-                                replayed = true;
-                                (201, stored.clone())
-                            }
-                            None => {
-                                let created = format!("payment {next_id} created");
-                                inner.payments.insert(key.clone(), created.clone());
-                                (201, created)
-                            }
-                        }
-                    }
-                }
-            } else {
-                (200, ok_body)
-            };
-            let mut response = if reply == Reply::DropMidBody {
-                drop_mid_body(code, text)
-            } else {
-                status(code, text)
-            };
-            if replayed {
-                response
-                    .headers_mut()
-                    .insert("x-idempotency-replay", HeaderValue::from_static("true"));
-            }
-            response
+        Reply::Slow(delay) => {
+            tokio::time::sleep(*delay).await;
+            next.run(request).await
         }
+        Reply::Ok | Reply::DropMidBody => next.run(request).await,
     };
-    if replayed {
+    if response.headers().contains_key("x-idempotency-replay") {
         if let Some(logged) = lock(&inner).log.get_mut(index) {
             logged.replayed = true;
         }
     }
-    response
+    if reply == Reply::DropMidBody {
+        drop_mid_body(response).await
+    } else {
+        response
+    }
+}
+
+/// Every route but the payments: `200` with the route's body.
+async fn serve_route(State(inner): State<Shared>, request: Request) -> Response {
+    let path = request.uri().path().to_owned();
+    let body = lock(&inner)
+        .routes
+        .get(&path)
+        .and_then(|route| route.body.clone())
+        .unwrap_or_else(|| format!("ok {path}"));
+    status(200, body)
+}
+
+/// Runs once per new `Idempotency-Key`: the idempotency layer in front of
+/// it answers the repeats.
+async fn create_payment(State(inner): State<Shared>) -> Response {
+    let id = {
+        let mut inner = lock(&inner);
+        inner.payments += 1;
+        inner.payments
+    };
+    status(201, format!("payment {id} created"))
 }
 
 fn status(code: u16, text: String) -> Response {
@@ -313,10 +321,14 @@ fn status(code: u16, text: String) -> Response {
     response
 }
 
-/// A response that announces the full length, sends the headers and half of
-/// the body, then fails the stream: hyper aborts the connection.
-fn drop_mid_body(code: u16, text: String) -> Response {
-    let full = Bytes::from(text);
+/// The same response with its full length announced, but only the headers
+/// and half of the body sent before the stream fails: hyper aborts the
+/// connection.
+async fn drop_mid_body(response: Response) -> Response {
+    let (mut parts, body) = response.into_parts();
+    let full = axum::body::to_bytes(body, MAX_BODY)
+        .await
+        .unwrap_or_default();
     let half = full.slice(..full.len() / 2);
     let chunks = futures_util::stream::unfold(Some(half), |half| async move {
         match half {
@@ -333,11 +345,8 @@ fn drop_mid_body(code: u16, text: String) -> Response {
             }
         }
     });
-    let mut response = Response::new(Body::from_stream(chunks));
-    *response.status_mut() =
-        StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    response
-        .headers_mut()
+    parts
+        .headers
         .insert(header::CONTENT_LENGTH, HeaderValue::from(full.len()));
-    response
+    Response::from_parts(parts, Body::from_stream(chunks))
 }

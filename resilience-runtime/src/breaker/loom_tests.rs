@@ -13,15 +13,15 @@ use super::*;
 /// A breaker already half-open, with `probes` probes allowed.
 fn half_open(probes: u32) -> CircuitBreaker {
     let b = CircuitBreaker::with_stripes(
-        "loom",
+        crate::telemetry::Labels::new("loom", "loom"),
         BreakerConfig::new()
             .with_min_requests(1)
             .with_half_open(probes),
         2,
     );
-    let closed = Word(b.inner.state.0.load(Acquire));
+    let closed = Word(b.inner.state.load(Acquire));
     assert!(b.inner.transition(closed, OPEN, false, 0));
-    let open = Word(b.inner.state.0.load(Acquire));
+    let open = Word(b.inner.state.load(Acquire));
     assert!(b.inner.transition(open, HALF_OPEN, false, u64::MAX));
     b
 }
@@ -55,7 +55,12 @@ fn never_more_probes_than_configured() {
 
 #[test]
 fn concurrent_probe_outcomes_lose_no_transition() {
-    loom::model(|| {
+    // Every transition empties or stamps dozens of atomics; bounding the
+    // preemptions keeps the exploration to seconds while still covering
+    // every interleaving of the few decisions that matter.
+    let mut model = loom::model::Builder::new();
+    model.preemption_bound = Some(3);
+    model.check(|| {
         let b = half_open(2);
         let changes = Arc::new(AtomicUsize::new(0));
         let seen = changes.clone();
@@ -65,17 +70,14 @@ fn concurrent_probe_outcomes_lose_no_transition() {
         let first = b.try_acquire().unwrap();
         let second = b.try_acquire().unwrap();
         assert!(b.try_acquire().is_err());
-        // SAFETY of the lifetimes: the permits borrow `b`, which outlives
-        // the scoped threads below.
         let t1 = {
             let b = b.clone();
             thread::spawn(move || {
-                let permit = b.try_acquire();
-                // No third probe, whatever the interleaving with the others.
-                assert!(
-                    permit.is_err() || b.state() != State::HalfOpen,
-                    "a third probe was admitted while half-open"
-                );
+                // No third probe, whatever the interleaving: a permit now is
+                // a closed one, after the reset.
+                if let Ok(permit) = b.try_acquire() {
+                    assert_eq!(Admission::unpack(permit.admission), Some(Admission::Closed));
+                }
             })
         };
         let t2 = {
@@ -90,7 +92,7 @@ fn concurrent_probe_outcomes_lose_no_transition() {
         // first (late probe outcomes ignored). Either way the final state
         // is the result of the last transition, and each transition was
         // reported once.
-        let word = Word(b.inner.state.0.load(Acquire));
+        let word = Word(b.inner.state.load(Acquire));
         let transitions = word.generation() - 2;
         assert_eq!(changes.load(Ordering::SeqCst) as u32, transitions);
         assert!(matches!(b.state(), State::Closed | State::Open));

@@ -94,13 +94,9 @@ use self::sync::{Arc, AtomicU64, Ordering::*, RwLock};
 use self::window::{Counts, SlidingWindow};
 use crate::error::{ConfigError, DependencyDown, Error};
 use crate::retry::{ByClassify, Classify, When};
+use crate::telemetry::{self, Labels};
 
 type Hook = Box<dyn Fn(&'static str, State, State) + Send + Sync>;
-
-/// A word alone on its cache line, so that writes to its neighbours do not
-/// slow down the loads of every call.
-#[repr(align(64))]
-struct Padded<T>(T);
 
 /// A circuit breaker protecting one dependency.
 ///
@@ -142,9 +138,13 @@ pub struct CircuitBreaker {
 }
 
 struct Inner {
-    /// Read by every call; see [`state`] for the layout.
-    state: Padded<AtomicU64>,
+    /// Read by every call; see [`state`] for the layout. Its cache line is
+    /// shared with fields written only at transitions and bucket
+    /// boundaries, so it stays in every core's cache between them.
+    state: AtomicU64,
     name: &'static str,
+    /// `service` and `target` (the name) of its metrics.
+    labels: Labels,
     config: BreakerConfig,
     bucket_width: u64,
     /// Nanoseconds since `origin` at which the cooldown ends.
@@ -162,6 +162,31 @@ enum Admission {
     Closed,
     /// A half-open probe of the given generation.
     Probe(u32),
+}
+
+// A permit keeps its admission in one word, written and read whole: two
+// half-word stores read back as one word stall the store buffer, which cost
+// more than the rest of the closed path together.
+const TAKEN: u64 = u64::MAX;
+/// A [`Call`] not polled yet.
+const IDLE: u64 = u64::MAX - 1;
+const PROBE: u64 = 1 << 32;
+
+impl Admission {
+    const fn pack(self) -> u64 {
+        match self {
+            Admission::Closed => 0,
+            Admission::Probe(generation) => PROBE | generation as u64,
+        }
+    }
+
+    const fn unpack(word: u64) -> Option<Admission> {
+        match word {
+            TAKEN | IDLE => None,
+            0 => Some(Admission::Closed),
+            probe => Some(Admission::Probe(probe as u32)),
+        }
+    }
 }
 
 /// What became of a call; every one passes through
@@ -184,22 +209,37 @@ enum Outcome {
 impl CircuitBreaker {
     /// A closed breaker named `name` (the `target` label of its metrics and
     /// the name carried by its rejections), after checking `config`.
+    ///
+    /// Its metrics carry `service = "unknown_service"`; breakers from a
+    /// [`Registry`](crate::registry::Registry) carry the registry's service.
     pub fn new(name: &'static str, config: BreakerConfig) -> Result<Self, ConfigError> {
+        Self::new_in(crate::registry::UNKNOWN_SERVICE, name, config)
+    }
+
+    /// [`new`](Self::new), for the service `service`.
+    pub(crate) fn new_in(
+        service: &'static str,
+        name: &'static str,
+        config: BreakerConfig,
+    ) -> Result<Self, ConfigError> {
         config
             .validate()
             .map_err(|err| err.with_subject(format!("circuit breaker `{name}`")))?;
         Ok(Self::with_stripes(
-            name,
+            Labels::new(service, name),
             config,
             SlidingWindow::default_stripes(),
         ))
     }
 
-    fn with_stripes(name: &'static str, config: BreakerConfig, stripes: usize) -> Self {
+    fn with_stripes(labels: Labels, config: BreakerConfig, stripes: usize) -> Self {
+        let name = labels.target();
+        telemetry::breaker_created(labels, State::Closed);
         CircuitBreaker {
             inner: Arc::new(Inner {
-                state: Padded(AtomicU64::new(Word::new(CLOSED, false, 0, NO_TICKER).0)),
+                state: AtomicU64::new(Word::new(CLOSED, false, 0, NO_TICKER).0),
                 name,
+                labels,
                 config,
                 bucket_width: config.bucket_width(),
                 open_until: AtomicU64::new(0),
@@ -224,7 +264,7 @@ impl CircuitBreaker {
     /// The current state. An open breaker whose cooldown is over reads
     /// `Open` until the next call or tick moves it to half-open.
     pub fn state(&self) -> State {
-        Word(self.inner.state.0.load(Acquire)).state()
+        Word(self.inner.state.load(Acquire)).state()
     }
 
     /// Runs `fut` as one logical call, or rejects it at once when the
@@ -253,10 +293,12 @@ impl CircuitBreaker {
         W: When<E>,
     {
         Call {
-            breaker: self,
-            permit: None,
+            permit: Permit {
+                breaker: self,
+                admission: IDLE,
+                started: 0,
+            },
             when,
-            done: false,
             fut,
         }
     }
@@ -276,18 +318,18 @@ impl CircuitBreaker {
     /// ```
     #[inline]
     pub fn try_acquire(&self) -> Result<Permit<'_>, DependencyDown> {
-        let admission = self.admit()?;
-        let started = self.inner.config.slow_call().map(|_| self.inner.now());
-        Ok(Permit {
+        let mut permit = Permit {
             breaker: self,
-            admission: Some(admission),
-            started,
-        })
+            admission: IDLE,
+            started: 0,
+        };
+        permit.start()?;
+        Ok(permit)
     }
 
     #[inline]
     fn admit(&self) -> Result<Admission, DependencyDown> {
-        let word = self.inner.state.0.load(Acquire);
+        let word = self.inner.state.load(Acquire);
         if word & FAST == 0 {
             return Ok(Admission::Closed);
         }
@@ -301,20 +343,29 @@ impl CircuitBreaker {
     #[cold]
     fn admit_slow(&self) -> Result<Admission, DependencyDown> {
         let inner = &*self.inner;
-        let word = Word(inner.state.0.load(Acquire));
+        let word = Word(inner.state.load(Acquire));
         if word.0 & NO_TICKER != 0 {
             self.start_ticker();
         }
         if word.needs_clock() {
             inner.maintain(inner.now());
         }
-        let word = Word(inner.state.0.load(Acquire));
-        match word.kind() {
-            CLOSED => Ok(Admission::Closed),
-            HALF_OPEN if inner.try_probe(word.generation()) => {
-                Ok(Admission::Probe(word.generation()))
-            }
-            _ => Err(self.reject(word)),
+        loop {
+            let word = Word(inner.state.load(Acquire));
+            let generation = word.generation();
+            return match word.kind() {
+                CLOSED => Ok(Admission::Closed),
+                HALF_OPEN if inner.try_probe(generation) => {
+                    if Word(inner.state.load(Acquire)).generation() != generation {
+                        // That half-open period ended while we took its slot:
+                        // give it back and look again.
+                        inner.settle_probe(generation, None);
+                        continue;
+                    }
+                    Ok(Admission::Probe(generation))
+                }
+                _ => Err(self.reject(word)),
+            };
         }
     }
 
@@ -325,7 +376,7 @@ impl CircuitBreaker {
     }
 
     /// Every outcome of every call passes here, rejections included.
-    #[inline]
+    #[inline(always)]
     fn on_outcome(&self, outcome: Outcome) {
         match outcome {
             Outcome::Done {
@@ -346,7 +397,8 @@ impl CircuitBreaker {
             Outcome::Cancelled(Admission::Probe(generation)) => {
                 self.inner.settle_probe(generation, None)
             }
-            Outcome::Cancelled(Admission::Closed) | Outcome::Rejected => {}
+            Outcome::Rejected => telemetry::breaker_rejected(self.inner.labels),
+            Outcome::Cancelled(Admission::Closed) => {}
         }
     }
 
@@ -355,7 +407,7 @@ impl CircuitBreaker {
         let Ok(handle) = tokio::runtime::Handle::try_current() else {
             return;
         };
-        let before = self.inner.state.0.fetch_and(!NO_TICKER, AcqRel);
+        let before = self.inner.state.fetch_and(!NO_TICKER, AcqRel);
         if before & NO_TICKER != 0 {
             handle.spawn(ticker::run(Arc::downgrade(&self.inner)));
         }
@@ -404,7 +456,7 @@ impl CircuitBreaker {
         let inner = &*self.inner;
         let now = inner.now();
         inner.rotate(now, inner.window.totals());
-        let word = Word(inner.state.0.load(Acquire));
+        let word = Word(inner.state.load(Acquire));
         let counts = inner.window.counts(inner.window.totals());
         let probes = Probes(inner.probes.load(Acquire));
         let until_half_open = (word.kind() == OPEN && !word.forced())
@@ -460,7 +512,7 @@ impl Inner {
         if let Window::Time(_) = self.config.window() {
             self.rotate(now, self.window.totals());
         }
-        let word = Word(self.state.0.load(Acquire));
+        let word = Word(self.state.load(Acquire));
         if word.kind() == OPEN && !word.forced() && now >= self.open_until.load(Acquire) {
             self.transition(word, HALF_OPEN, false, now);
         }
@@ -477,7 +529,7 @@ impl Inner {
         // Calls before this one belong to the buckets they were made in.
         self.rotate(now.unwrap_or(0), self.window.totals());
         self.window.add(failed, slow);
-        let word = Word(self.state.0.load(Acquire));
+        let word = Word(self.state.load(Acquire));
         if word.0 & (KIND | FORCED) != CLOSED {
             return;
         }
@@ -531,6 +583,15 @@ impl Inner {
     /// Frees a probe's slot; `Some(success)` when it completed, `None` when
     /// it was cancelled. Probes of an earlier half-open period are ignored.
     fn settle_probe(&self, generation: u32, success: Option<bool>) {
+        let half_open = |word: Word| word.kind() == HALF_OPEN && word.generation() == generation;
+        if success == Some(false) {
+            // Open before the slot is freed, so that no call takes the slot
+            // of a failed probe while still half-open.
+            let word = Word(self.state.load(Acquire));
+            if half_open(word) {
+                self.transition(word, OPEN, false, self.now());
+            }
+        }
         let mut current = Probes(self.probes.load(Acquire));
         let after = loop {
             if current.generation() != generation || current.in_flight() == 0 {
@@ -546,25 +607,19 @@ impl Inner {
                 Err(actual) => current = Probes(actual),
             }
         };
-        let word = Word(self.state.0.load(Acquire));
-        if word.kind() != HALF_OPEN || word.generation() != generation {
-            return;
-        }
-        match success {
-            Some(true) if u32::from(after.successes()) >= self.config.half_open() => {
-                self.transition(word, CLOSED, false, 0);
-            }
-            Some(false) => {
-                self.transition(word, OPEN, false, self.now());
-            }
-            _ => {}
+        let word = Word(self.state.load(Acquire));
+        if success == Some(true)
+            && half_open(word)
+            && u32::from(after.successes()) >= self.config.half_open()
+        {
+            self.transition(word, CLOSED, false, 0);
         }
     }
 
     /// Operator transitions: from whatever state the breaker is in.
     fn transition_any(&self, to: u64, forced: bool) {
         let now = self.now();
-        while !self.transition(Word(self.state.0.load(Acquire)), to, forced, now) {}
+        while !self.transition(Word(self.state.load(Acquire)), to, forced, now) {}
     }
 
     /// The one place where the breaker changes state: from the generation
@@ -572,7 +627,7 @@ impl Inner {
     /// breaker), to `to`, then the WARN and the hooks. Returns whether this
     /// call made the change.
     fn transition(&self, from: Word, to: u64, forced: bool, now: u64) -> bool {
-        if Word(self.state.0.load(Acquire)).generation() != from.generation() {
+        if Word(self.state.load(Acquire)).generation() != from.generation() {
             return false;
         }
         // Set up the new state before it becomes visible.
@@ -586,7 +641,7 @@ impl Inner {
         } else if to == CLOSED {
             self.window.clear();
         }
-        let mut current = self.state.0.load(Acquire);
+        let mut current = self.state.load(Acquire);
         let before = loop {
             let word = Word(current);
             if word.generation() != from.generation() {
@@ -595,7 +650,6 @@ impl Inner {
             let next = word.next(to, forced);
             match self
                 .state
-                .0
                 .compare_exchange(current, next.0, AcqRel, Acquire)
             {
                 Ok(_) => break word,
@@ -603,13 +657,7 @@ impl Inner {
             }
         };
         let (from_state, to_state) = (before.state(), Word(to).state());
-        tracing::warn!(
-            breaker = self.name,
-            from = from_state.as_str(),
-            to = to_state.as_str(),
-            forced,
-            "circuit breaker state changed"
-        );
+        telemetry::breaker_transition(self.labels, from_state, to_state, forced);
         if from_state != to_state {
             let hooks = self
                 .hooks
@@ -629,7 +677,7 @@ fn duration_nanos(d: Duration) -> u64 {
 
 impl fmt::Debug for CircuitBreaker {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let word = Word(self.inner.state.0.load(Relaxed));
+        let word = Word(self.inner.state.load(Relaxed));
         f.debug_struct("CircuitBreaker")
             .field("name", &self.inner.name)
             .field("state", &word.state())
@@ -649,37 +697,67 @@ impl fmt::Debug for CircuitBreaker {
 #[must_use = "a permit records nothing unless its outcome is recorded"]
 pub struct Permit<'a> {
     breaker: &'a CircuitBreaker,
-    admission: Option<Admission>,
-    started: Option<u64>,
+    /// A packed [`Admission`], or `TAKEN` once recorded.
+    admission: u64,
+    /// When the call started, for the slow-call rule (0 without one).
+    started: u64,
 }
 
 impl Permit<'_> {
     /// The call succeeded (or failed with a permanent error).
+    #[inline]
     pub fn success(self) {
         self.finish(false);
     }
 
     /// The call failed because of the dependency.
+    #[inline]
     pub fn failure(self) {
         self.finish(true);
     }
 
     /// Records `result`, classified by the error's [`Classify`] impl.
+    #[inline]
     pub fn record<T, E: Classify>(self, result: &Result<T, E>) {
         let failed = matches!(result, Err(error) if error.classify().is_retryable());
         self.finish(failed);
     }
 
+    /// Asks the breaker; an idle permit becomes a live one, or a rejection.
+    #[inline]
+    fn start(&mut self) -> Result<(), DependencyDown> {
+        match self.breaker.admit() {
+            Ok(admission) => {
+                self.admission = admission.pack();
+                if self.breaker.inner.config.slow_call().is_some() {
+                    self.started = self.breaker.inner.now();
+                }
+                Ok(())
+            }
+            Err(down) => {
+                self.admission = TAKEN;
+                Err(down)
+            }
+        }
+    }
+
+    #[inline]
     fn finish(mut self, failed: bool) {
-        let Some(admission) = self.admission.take() else {
+        self.settle(failed);
+    }
+
+    #[inline]
+    fn settle(&mut self, failed: bool) {
+        let Some(admission) = Admission::unpack(std::mem::replace(&mut self.admission, TAKEN))
+        else {
             return;
         };
         let inner = &*self.breaker.inner;
-        let slow = match (self.started, inner.config.slow_call()) {
-            (Some(started), Some(rule)) => {
-                inner.now().saturating_sub(started) >= duration_nanos(rule.threshold)
+        let slow = match inner.config.slow_call() {
+            Some(rule) => {
+                inner.now().saturating_sub(self.started) >= duration_nanos(rule.threshold)
             }
-            _ => false,
+            None => false,
         };
         self.breaker.on_outcome(Outcome::Done {
             admission,
@@ -690,8 +768,9 @@ impl Permit<'_> {
 }
 
 impl Drop for Permit<'_> {
+    #[inline]
     fn drop(&mut self) {
-        if let Some(admission) = self.admission.take() {
+        if let Some(admission) = Admission::unpack(self.admission) {
             self.breaker.on_outcome(Outcome::Cancelled(admission));
         }
     }
@@ -701,10 +780,7 @@ impl fmt::Debug for Permit<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Permit")
             .field("breaker", &self.breaker.inner.name)
-            .field(
-                "probe",
-                &matches!(self.admission, Some(Admission::Probe(_))),
-            )
+            .field("admission", &Admission::unpack(self.admission))
             .finish()
     }
 }
@@ -722,10 +798,8 @@ pin_project! {
     /// Polling it again after it completed panics.
     #[must_use = "a call does nothing unless it is `.await`ed"]
     pub struct Call<'a, Fut, W = ByClassify> {
-        breaker: &'a CircuitBreaker,
-        permit: Option<Permit<'a>>,
+        permit: Permit<'a>,
         when: W,
-        done: bool,
         #[pin]
         fut: Fut,
     }
@@ -739,31 +813,27 @@ where
 {
     type Output = Result<T, E>;
 
-    #[inline]
+    #[inline(always)]
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.project();
-        assert!(!*this.done, "`Call` polled after it completed");
-        if this.permit.is_none() {
-            match this.breaker.try_acquire() {
-                Ok(permit) => *this.permit = Some(permit),
-                Err(down) => {
-                    *this.done = true;
+        match this.permit.admission {
+            IDLE => {
+                if let Err(down) = this.permit.start() {
                     return Poll::Ready(Err(E::from(Error::DependencyDown(down))));
                 }
             }
+            TAKEN => panic!("`Call` polled after it completed"),
+            _ => {}
         }
         let result = match this.fut.poll(cx) {
             Poll::Ready(result) => result,
             Poll::Pending => return Poll::Pending,
         };
-        *this.done = true;
-        if let Some(permit) = this.permit.take() {
-            let failed = match &result {
-                Ok(_) => false,
-                Err(error) => this.when.when(error).is_retryable(),
-            };
-            permit.finish(failed);
-        }
+        let failed = match &result {
+            Ok(_) => false,
+            Err(error) => this.when.when(error).is_retryable(),
+        };
+        this.permit.settle(failed);
         Poll::Ready(result)
     }
 }
@@ -771,9 +841,7 @@ where
 impl<Fut, W> fmt::Debug for Call<'_, Fut, W> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Call")
-            .field("breaker", &self.breaker.inner.name)
-            .field("started", &self.permit.is_some())
-            .field("done", &self.done)
+            .field("permit", &self.permit)
             .finish_non_exhaustive()
     }
 }

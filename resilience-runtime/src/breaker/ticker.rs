@@ -35,7 +35,7 @@ pub(super) async fn run(breaker: Weak<Inner>) {
         };
         sleep_until(early).await;
         match breaker.upgrade() {
-            Some(inner) => inner.state.0.fetch_or(PRECISE, AcqRel),
+            Some(inner) => inner.state.fetch_or(PRECISE, AcqRel),
             None => return,
         };
         sleep_until(at).await;
@@ -43,7 +43,7 @@ pub(super) async fn run(breaker: Weak<Inner>) {
             return;
         };
         inner.maintain(inner.now());
-        inner.state.0.fetch_and(!PRECISE, AcqRel);
+        inner.state.fetch_and(!PRECISE, AcqRel);
     }
 }
 
@@ -57,7 +57,7 @@ impl Inner {
         if let Window::Time(_) = self.config.window() {
             next = next.min((now / self.bucket_width + 1).saturating_mul(self.bucket_width));
         }
-        let word = Word(self.state.0.load(Acquire));
+        let word = Word(self.state.load(Acquire));
         if word.kind() == OPEN && !word.forced() {
             let until = self.open_until.load(Acquire);
             if until > now {
@@ -75,8 +75,8 @@ struct Guard(Weak<Inner>);
 impl Drop for Guard {
     fn drop(&mut self) {
         if let Some(inner) = self.0.upgrade() {
-            inner.state.0.fetch_or(NO_TICKER, AcqRel);
-            inner.state.0.fetch_and(!PRECISE, AcqRel);
+            inner.state.fetch_or(NO_TICKER, AcqRel);
+            inner.state.fetch_and(!PRECISE, AcqRel);
         }
     }
 }

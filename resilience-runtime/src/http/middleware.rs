@@ -8,12 +8,20 @@ use reqwest_middleware::{Middleware, Next};
 use super::classify::classify_response;
 use super::error::HttpError;
 use super::request::check_retryable;
+use crate::breaker::{BreakerConfig, CircuitBreaker};
 use crate::error::Error;
-use crate::retry::{Classify, Event, Policy, Reason, Verdict};
+use crate::registry::Registry;
+use crate::retry::{Classify, Event, Policy, PolicyBuilder, Reason, Verdict};
 
-/// Applies a retry policy to every request of a
-/// [`reqwest_middleware::ClientWithMiddleware`], for code that prefers one
-/// client-wide layer to an attribute on each method.
+/// Applies a retry policy, and optionally a circuit breaker, to every
+/// request of a [`reqwest_middleware::ClientWithMiddleware`], for code that
+/// prefers one client-wide layer to an attribute on each method.
+///
+/// Layers as SPEC §5 orders them: breaker → retry → transport. The breaker
+/// counts one request once, however many attempts it took, by its final
+/// outcome; an open breaker rejects the request without sending it, as a
+/// [`reqwest_middleware::Error::Middleware`] holding
+/// [`HttpError::Resilience`] ("dependency down").
 ///
 /// Each request is sent again (a copy of it, body included) while the
 /// classifier of SPEC §2 says so; the response of the last attempt is
@@ -31,12 +39,13 @@ use crate::retry::{Classify, Event, Policy, Reason, Verdict};
 /// streaming body, and a `POST` or `PATCH` without `Idempotency-Key`.
 ///
 /// ```no_run
-/// use resilience_runtime::Policy;
+/// use resilience_runtime::{BreakerConfig, CircuitBreaker, Policy};
 /// use resilience_runtime::http::ResilienceMiddleware;
 ///
 /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+/// let breaker = CircuitBreaker::new("user-service", BreakerConfig::new())?;
 /// let client = reqwest_middleware::ClientBuilder::new(reqwest::Client::new())
-///     .with(ResilienceMiddleware::new("user-service", Policy::http()))
+///     .with(ResilienceMiddleware::new("user-service", Policy::http()).with_breaker(breaker))
 ///     .build();
 /// let user = client.get("http://127.0.0.1:8080/users/42").send().await?;
 /// # Ok(()) }
@@ -45,12 +54,47 @@ use crate::retry::{Classify, Event, Policy, Reason, Verdict};
 pub struct ResilienceMiddleware {
     name: &'static str,
     policy: Policy,
+    breaker: Option<CircuitBreaker>,
 }
 
 impl ResilienceMiddleware {
     /// A layer named `name` (in logs) that applies `policy`.
     pub fn new(name: &'static str, policy: Policy) -> Self {
-        Self { name, policy }
+        Self {
+            name,
+            policy,
+            breaker: None,
+        }
+    }
+
+    /// The policy and the breaker named `name` in the process-wide
+    /// [`registry`](crate::registry::global): what the config file or the
+    /// code registered for `name`, else the HTTP defaults of SPEC §1 and §5.
+    /// The breaker is the one every `#[circuit_breaker(name = ...)]` of the
+    /// same name shares.
+    pub fn named(name: &'static str) -> Self {
+        Self::from_registry(crate::registry::global(), name)
+    }
+
+    /// Like [`named`](Self::named), from `registry`.
+    pub fn from_registry(registry: &Registry, name: &'static str) -> Self {
+        Self {
+            name,
+            policy: registry.policy(name, PolicyBuilder::http()),
+            breaker: Some(registry.breaker(name, BreakerConfig::new()).clone()),
+        }
+    }
+
+    /// Puts every request behind `breaker` (a clone shares its state).
+    #[must_use]
+    pub fn with_breaker(mut self, breaker: CircuitBreaker) -> Self {
+        self.breaker = Some(breaker);
+        self
+    }
+
+    /// The breaker given to [`with_breaker`](Self::with_breaker).
+    pub fn breaker(&self) -> Option<&CircuitBreaker> {
+        self.breaker.as_ref()
     }
 
     /// The name given to [`new`](Self::new).
@@ -107,7 +151,7 @@ impl Classify for Attempt {
     }
 }
 
-/// One attempt's response as the retry executor sees it.
+/// One attempt's response as the retry executor and the breaker see it.
 fn judge(outcome: reqwest_middleware::Result<Response>) -> Result<Response, Attempt> {
     match outcome {
         Ok(response) if classify_response(&response).is_retryable() => {
@@ -142,7 +186,10 @@ impl Middleware for ResilienceMiddleware {
         if self.policy.max_attempts() <= 1 {
             // One attempt: the request is sent as is, streaming body or not.
             let once = async { judge(next.run(request, extensions).await) };
-            return settle(once.await);
+            return settle(match &self.breaker {
+                Some(breaker) => breaker.call(once).await,
+                None => once.await,
+            });
         }
         check_retryable(&request).map_err(reqwest_middleware::Error::middleware)?;
         let name = self.name;
@@ -173,7 +220,10 @@ impl Middleware for ResilienceMiddleware {
                     tracing::debug!(target: "resilience::http", name, attempt, ?delay, "retrying request");
                 }
             });
-        let outcome = chain.await;
+        let outcome = match &self.breaker {
+            Some(breaker) => breaker.call(chain).await,
+            None => chain.await,
+        };
         settle(outcome.map(|(response, used)| {
             extensions.extend(used);
             response

@@ -1,69 +1,40 @@
 //! What the circuit breaker reports: its state, trips and rejections.
 
 use super::{BREAKER_STATE, BREAKER_TRIPS_TOTAL, DEPENDENCY_ERRORS_TOTAL, Labels, emit};
+use crate::breaker::State;
 use crate::retry::Reason;
-
-/// A breaker state as exported in `circuit_breaker_state`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum BreakerState {
-    /// Calls go through; failures are counted.
-    Closed,
-    /// Probe calls go through to test the dependency.
-    HalfOpen,
-    /// Calls are rejected at once.
-    Open,
-}
-
-impl BreakerState {
-    /// The gauge value: 0 closed, 1 half-open, 2 open.
-    pub const fn gauge(self) -> f64 {
-        match self {
-            BreakerState::Closed => 0.0,
-            BreakerState::HalfOpen => 1.0,
-            BreakerState::Open => 2.0,
-        }
-    }
-
-    /// `closed`, `half-open` or `open`, as logged.
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            BreakerState::Closed => "closed",
-            BreakerState::HalfOpen => "half-open",
-            BreakerState::Open => "open",
-        }
-    }
-}
 
 /// A breaker was built: export its initial state, so the gauge exists
 /// before the first transition.
-pub(crate) fn breaker_created(labels: Labels, state: BreakerState) {
-    emit::gauge(BREAKER_STATE, labels, state.gauge());
+pub(crate) fn breaker_created(labels: Labels, state: State) {
+    emit::gauge(BREAKER_STATE, labels, f64::from(state.as_gauge()));
 }
 
 /// The one report of a state change: a WARN event naming the breaker, the
-/// gauge, and a trip when a closed breaker opens.
-pub(crate) fn breaker_transition(labels: Labels, from: BreakerState, to: BreakerState) {
+/// gauge, and a trip when a closed breaker opens on its own (an operator's
+/// `force_open` is not the dependency failing, so it is not a trip).
+pub(crate) fn breaker_transition(labels: Labels, from: State, to: State, forced: bool) {
     tracing::warn!(
         target: "resilience",
         service = labels.service(),
         breaker = labels.target(),
         from = from.as_str(),
         to = to.as_str(),
+        forced,
         "circuit breaker state changed"
     );
-    emit::gauge(BREAKER_STATE, labels, to.gauge());
-    if from == BreakerState::Closed && to == BreakerState::Open {
+    emit::gauge(BREAKER_STATE, labels, f64::from(to.as_gauge()));
+    if from == State::Closed && to == State::Open && !forced {
         emit::increment(BREAKER_TRIPS_TOTAL, labels, &[]);
     }
 }
 
 /// A call rejected without running: `dependency_errors_total{reason =
 /// "circuit_open"}`, once per logical call.
-pub(crate) fn breaker_rejected(labels: Labels, state: BreakerState) {
+pub(crate) fn breaker_rejected(labels: Labels) {
     tracing::debug!(
         target: "resilience",
         breaker = labels.target(),
-        state = state.as_str(),
         "call rejected by the circuit breaker"
     );
     emit::increment(

@@ -5,6 +5,8 @@ use super::Labels;
 
 #[cfg(feature = "metrics")]
 mod facade {
+    use std::cell::Cell;
+
     use metrics::{Key, KeyName, Label, Level, Metadata, Recorder, SharedString, Unit};
 
     use super::super::{
@@ -16,72 +18,113 @@ mod facade {
     static METADATA: Metadata<'static> =
         Metadata::new("resilience", Level::INFO, Some(module_path!()));
 
-    /// Runs `f` with the recorder in scope (thread-local, then global),
-    /// unless there is none.
-    ///
-    /// Without a recorder `metrics` hands out its `NoopRecorder`, the only
-    /// zero-sized recorder in practice (a real one holds its storage). Telling
-    /// it apart lets a call skip its clock reads and label building, which
-    /// is what keeps the cost without a recorder within a couple of
-    /// nanoseconds.
-    #[inline(always)]
-    fn with_installed(f: impl FnOnce(&dyn Recorder)) {
-        metrics::with_recorder(|recorder| {
-            if size_of_val(recorder) != 0 {
-                f(recorder)
+    thread_local! {
+        /// Set while an observed call that found no recorder polls its
+        /// inner future, so that the attempts inside skip the lookup.
+        static QUIET: Cell<bool> = const { Cell::new(false) };
+    }
+
+    /// Marks the inner polls of a call that found no recorder, restoring
+    /// the previous mark on drop.
+    #[derive(Debug)]
+    pub(crate) struct QuietScope(Option<bool>);
+
+    impl QuietScope {
+        #[inline]
+        pub(crate) fn enter(quiet: bool) -> Self {
+            Self(quiet.then(|| QUIET.replace(true)))
+        }
+    }
+
+    impl Drop for QuietScope {
+        #[inline]
+        fn drop(&mut self) {
+            if let Some(previous) = self.0 {
+                QUIET.set(previous);
             }
-        })
+        }
     }
 
     #[inline]
     pub(crate) fn installed() -> bool {
-        metrics::with_recorder(|recorder| size_of_val(recorder) != 0)
+        metrics::with_recorder(is_real)
     }
 
-    fn key(name: &'static str, labels: Labels, extra: &[(&'static str, &'static str)]) -> Key {
-        let mut all = Vec::with_capacity(2 + extra.len());
-        all.push(Label::from_static_parts("service", labels.service()));
-        all.push(Label::from_static_parts("target", labels.target()));
-        all.extend(
-            extra
-                .iter()
-                .map(|&(key, value)| Label::from_static_parts(key, value)),
-        );
-        Key::from_parts(KeyName::from_const_str(name), all)
+    /// Without a recorder `metrics` hands out its `NoopRecorder`, the only
+    /// zero-sized recorder in practice (a real one holds its storage).
+    /// Telling it apart lets a call skip its clock reads and label
+    /// building, which keeps the cost without a recorder to one lookup
+    /// per call.
+    #[inline(always)]
+    fn is_real(recorder: &dyn Recorder) -> bool {
+        size_of_val(recorder) != 0
     }
 
-    #[inline]
+    #[derive(Clone, Copy)]
+    enum Kind {
+        Counter,
+        Gauge,
+        Histogram,
+    }
+
+    /// The slow path, out of line so that the quiet one stays a flag test.
+    #[inline(never)]
+    fn record(
+        kind: Kind,
+        name: &'static str,
+        labels: Labels,
+        extra: &[(&'static str, &'static str)],
+        value: f64,
+    ) {
+        metrics::with_recorder(|r| {
+            if !is_real(r) {
+                return;
+            }
+            let mut all = Vec::with_capacity(2 + extra.len());
+            all.push(Label::from_static_parts("service", labels.service()));
+            all.push(Label::from_static_parts("target", labels.target()));
+            all.extend(
+                extra
+                    .iter()
+                    .map(|&(key, value)| Label::from_static_parts(key, value)),
+            );
+            let key = Key::from_parts(KeyName::from_const_str(name), all);
+            match kind {
+                Kind::Counter => r.register_counter(&key, &METADATA).increment(1),
+                Kind::Gauge => r.register_gauge(&key, &METADATA).set(value),
+                Kind::Histogram => r.register_histogram(&key, &METADATA).record(value),
+            }
+        })
+    }
+
+    #[inline(always)]
     pub(crate) fn increment(
         name: &'static str,
         labels: Labels,
         extra: &[(&'static str, &'static str)],
     ) {
-        with_installed(|r| {
-            r.register_counter(&key(name, labels, extra), &METADATA)
-                .increment(1)
-        })
+        if !QUIET.get() {
+            record(Kind::Counter, name, labels, extra, 1.0)
+        }
     }
 
-    #[inline]
-    #[allow(dead_code, reason = "called by the circuit breaker, being merged")]
+    #[inline(always)]
     pub(crate) fn gauge(name: &'static str, labels: Labels, value: f64) {
-        with_installed(|r| {
-            r.register_gauge(&key(name, labels, &[]), &METADATA)
-                .set(value)
-        })
+        if !QUIET.get() {
+            record(Kind::Gauge, name, labels, &[], value)
+        }
     }
 
-    #[inline]
+    #[inline(always)]
     pub(crate) fn histogram(
         name: &'static str,
         labels: Labels,
         extra: &[(&'static str, &'static str)],
         value: f64,
     ) {
-        with_installed(|r| {
-            r.register_histogram(&key(name, labels, extra), &METADATA)
-                .record(value)
-        })
+        if !QUIET.get() {
+            record(Kind::Histogram, name, labels, extra, value)
+        }
     }
 
     pub(crate) fn describe() {
@@ -119,13 +162,27 @@ mod facade {
                 text("Calls answered by a fallback, by kind (stale, partial, fail_fast)."),
             );
         };
-        with_installed(describe)
+        metrics::with_recorder(|r| {
+            if is_real(r) {
+                describe(r)
+            }
+        })
     }
 }
 
 #[cfg(not(feature = "metrics"))]
 mod facade {
     use super::Labels;
+
+    #[derive(Debug)]
+    pub(crate) struct QuietScope;
+
+    impl QuietScope {
+        #[inline(always)]
+        pub(crate) fn enter(_: bool) -> Self {
+            Self
+        }
+    }
 
     #[inline(always)]
     pub(crate) fn installed() -> bool {
@@ -134,7 +191,6 @@ mod facade {
     #[inline(always)]
     pub(crate) fn increment(_: &'static str, _: Labels, _: &[(&'static str, &'static str)]) {}
     #[inline(always)]
-    #[allow(dead_code, reason = "called by the circuit breaker, being merged")]
     pub(crate) fn gauge(_: &'static str, _: Labels, _: f64) {}
     #[inline(always)]
     pub(crate) fn histogram(
@@ -147,7 +203,7 @@ mod facade {
     pub(crate) fn describe() {}
 }
 
-pub(crate) use facade::{gauge, histogram, increment};
+pub(crate) use facade::{QuietScope, gauge, histogram, increment};
 
 /// `true` when a `metrics` recorder is in scope for this thread (a local
 /// one, or the global one), so that the calls made here are recorded.

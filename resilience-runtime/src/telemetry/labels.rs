@@ -30,6 +30,22 @@ impl Labels {
         Self { service, target }
     }
 
+    /// The labels of `target` for this process: `service` is the one of
+    /// the [global registry](crate::registry::global), from the startup
+    /// configuration (`"unknown_service"` when none is configured).
+    ///
+    /// ```
+    /// use resilience_runtime::registry::Registry;
+    /// use resilience_runtime::telemetry::Labels;
+    ///
+    /// Registry::builder().service("checkout").install()?;
+    /// assert_eq!(Labels::of("user"), Labels::new("checkout", "user"));
+    /// # Ok::<(), resilience_runtime::ConfigError>(())
+    /// ```
+    pub fn of(target: &'static str) -> Self {
+        Self::new(crate::registry::global().service(), target)
+    }
+
     /// The `service` label: the calling application.
     pub const fn service(&self) -> &'static str {
         self.service

@@ -82,7 +82,6 @@
 //!     .init();
 //! ```
 
-#[allow(dead_code, reason = "called by the circuit breaker, being merged")]
 mod breaker;
 mod call;
 mod emit;
@@ -91,10 +90,8 @@ mod retries;
 #[cfg(all(test, feature = "metrics"))]
 mod tests;
 
-pub use breaker::BreakerState;
-#[allow(unused_imports, reason = "called by the circuit breaker, being merged")]
 pub(crate) use breaker::{breaker_created, breaker_rejected, breaker_transition};
-pub use call::{Observed, observe};
+pub use call::{CallScope, Entered, Observed, observe};
 pub use emit::{describe, recorder_installed};
 pub use labels::{AttemptResult, Fallback, Labels, Status, attempt_label, fallback};
 pub use retries::RetryMetrics;

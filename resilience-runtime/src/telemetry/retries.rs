@@ -72,6 +72,7 @@ impl RetryMetrics {
         self.labels
     }
 
+    #[inline]
     fn attempt(&self, attempt: u32, result: AttemptResult) {
         emit::increment(
             RETRIES_TOTAL,
@@ -83,6 +84,7 @@ impl RetryMetrics {
         );
     }
 
+    #[inline]
     fn dependency_error(&self, reason: Option<Reason>) {
         if let Some(reason) = reason.filter(|r| *r != Reason::CircuitOpen) {
             emit::increment(
@@ -106,8 +108,13 @@ fn reason_str(reason: Option<Reason>) -> &'static str {
     reason.map_or("none", Reason::as_str)
 }
 
-impl<E: Classify> Notify<E> for RetryMetrics {
-    fn notify(&mut self, event: &Event<'_, E>) {
+impl RetryMetrics {
+    /// Records `event`, asking `reason` why a failed attempt failed: for
+    /// code that runs its own retry loop, or errors classified at the call
+    /// site rather than by [`Classify`]. Return `None` when the failure is
+    /// not the dependency's fault.
+    #[inline]
+    pub fn record<E>(&mut self, event: &Event<'_, E>, reason: impl Fn(&E) -> Option<Reason>) {
         // The executor reports a deadline that passed before attempt n + 1
         // could start under attempt n (0 before the first one): that attempt
         // never ran.
@@ -126,7 +133,7 @@ impl<E: Classify> Notify<E> for RetryMetrics {
                 verdict,
                 ..
             } => {
-                let reason = error.reason();
+                let reason = reason(error);
                 tracing::info!(
                     target: "resilience",
                     attempt,
@@ -143,7 +150,7 @@ impl<E: Classify> Notify<E> for RetryMetrics {
                 reason: GiveUp::Permanent,
                 ..
             } => {
-                let reason = error.reason();
+                let reason = reason(error);
                 tracing::debug!(
                     target: "resilience",
                     attempt,
@@ -156,7 +163,7 @@ impl<E: Classify> Notify<E> for RetryMetrics {
             Event::GaveUp {
                 error, reason: why, ..
             } => {
-                let reason = ran.then(|| error.reason()).flatten();
+                let reason = ran.then(|| reason(error)).flatten();
                 tracing::warn!(
                     target: "resilience",
                     attempt,
@@ -168,5 +175,12 @@ impl<E: Classify> Notify<E> for RetryMetrics {
                 self.dependency_error(reason);
             }
         }
+    }
+}
+
+impl<E: Classify> Notify<E> for RetryMetrics {
+    #[inline]
+    fn notify(&mut self, event: &Event<'_, E>) {
+        self.record(event, E::reason)
     }
 }

@@ -307,7 +307,7 @@ fn the_no_op_recorder_is_zero_sized() {
 
 #[test]
 fn breaker_transitions_set_the_gauge_and_count_trips() {
-    use BreakerState::*;
+    use crate::breaker::State::*;
     let recorder = DebuggingRecorder::new();
     let snapshotter = recorder.snapshotter();
     let _local = metrics::set_default_local_recorder(&recorder);
@@ -317,24 +317,31 @@ fn breaker_transitions_set_the_gauge_and_count_trips() {
     breaker_created(USER, Closed);
     assert_eq!(read(&snapshotter), series(&[(state, Value::Gauge(0.0))]));
 
-    breaker_transition(USER, Closed, Open);
+    breaker_transition(USER, Closed, Open, false);
     assert_eq!(
         read(&snapshotter),
         series(&[(state, Value::Gauge(2.0)), (trips, Value::Counter(1))])
     );
 
     // A failed probe reopens the breaker: not a new trip.
-    breaker_transition(USER, Open, HalfOpen);
-    breaker_transition(USER, HalfOpen, Open);
+    breaker_transition(USER, Open, HalfOpen, false);
+    breaker_transition(USER, HalfOpen, Open, false);
     assert_eq!(
         read(&snapshotter),
         series(&[(state, Value::Gauge(2.0)), (trips, Value::Counter(0))])
     );
 
-    breaker_transition(USER, Open, HalfOpen);
+    breaker_transition(USER, Open, HalfOpen, false);
     assert_eq!(read(&snapshotter)[state], Value::Gauge(1.0));
-    breaker_transition(USER, HalfOpen, Closed);
+    breaker_transition(USER, HalfOpen, Closed, false);
     assert_eq!(read(&snapshotter)[state], Value::Gauge(0.0));
+
+    // An operator's `force_open` is not a trip.
+    breaker_transition(USER, Closed, Open, true);
+    assert_eq!(
+        read(&snapshotter),
+        series(&[(state, Value::Gauge(2.0)), (trips, Value::Counter(0))])
+    );
 }
 
 #[test]
@@ -343,7 +350,7 @@ fn a_rejected_call_is_one_circuit_open_error() {
     let snapshotter = recorder.snapshotter();
     let _local = metrics::set_default_local_recorder(&recorder);
 
-    breaker_rejected(USER, BreakerState::Open);
+    breaker_rejected(USER);
     assert_eq!(
         read(&snapshotter),
         series(&[(&errors("circuit_open"), Value::Counter(1))])
@@ -397,9 +404,220 @@ fn describe_gives_units_and_help() {
     let _local = metrics::set_default_local_recorder(&recorder);
 
     describe();
-    breaker_rejected(USER, BreakerState::Open);
+    breaker_rejected(USER);
     let snapshot = snapshotter.snapshot().into_vec();
     let (_, unit, help, _) = &snapshot[0];
     assert_eq!(*unit, Some(metrics::Unit::Count));
     assert!(help.as_deref().is_some_and(|h| h.contains("reason")));
+}
+
+/// A minimal `tracing` subscriber that keeps, for every event, its level,
+/// message and the span it happened in.
+mod traces {
+    use std::sync::{Arc, Mutex};
+
+    use tracing::field::{Field, Visit};
+    use tracing::span::{Attributes, Id, Record};
+    use tracing::{Event, Level, Metadata, Subscriber};
+
+    #[derive(Debug, Clone, PartialEq)]
+    pub(super) struct Seen {
+        pub(super) level: Level,
+        pub(super) message: String,
+        /// The fields other than the message, as `name=value`.
+        pub(super) fields: Vec<String>,
+        /// The id of the span the event happened in.
+        pub(super) span: Option<u64>,
+    }
+
+    #[derive(Debug, Default)]
+    struct State {
+        spans: Vec<(String, Vec<String>)>,
+        stack: Vec<u64>,
+        events: Vec<Seen>,
+    }
+
+    #[derive(Debug, Clone, Default)]
+    pub(super) struct Collector(Arc<Mutex<State>>);
+
+    #[derive(Default)]
+    struct Fields {
+        message: String,
+        others: Vec<String>,
+    }
+
+    impl Visit for Fields {
+        fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
+            if field.name() == "message" {
+                self.message = format!("{value:?}");
+            } else {
+                self.others.push(format!("{}={value:?}", field.name()));
+            }
+        }
+        fn record_str(&mut self, field: &Field, value: &str) {
+            self.others.push(format!("{}={value}", field.name()));
+        }
+    }
+
+    impl Collector {
+        pub(super) fn events(&self) -> Vec<Seen> {
+            self.0.lock().unwrap().events.clone()
+        }
+        /// The name and the fields (as recorded so far) of span `id`.
+        pub(super) fn span(&self, id: u64) -> (String, Vec<String>) {
+            self.0.lock().unwrap().spans[id as usize - 1].clone()
+        }
+        pub(super) fn span_count(&self) -> usize {
+            self.0.lock().unwrap().spans.len()
+        }
+    }
+
+    impl Subscriber for Collector {
+        fn enabled(&self, _: &Metadata<'_>) -> bool {
+            true
+        }
+        fn new_span(&self, span: &Attributes<'_>) -> Id {
+            let mut fields = Fields::default();
+            span.record(&mut fields);
+            let mut state = self.0.lock().unwrap();
+            state
+                .spans
+                .push((span.metadata().name().to_owned(), fields.others));
+            Id::from_u64(state.spans.len() as u64)
+        }
+        fn record(&self, span: &Id, values: &Record<'_>) {
+            let mut fields = Fields::default();
+            values.record(&mut fields);
+            let mut state = self.0.lock().unwrap();
+            state.spans[span.into_u64() as usize - 1]
+                .1
+                .extend(fields.others);
+        }
+        fn record_follows_from(&self, _: &Id, _: &Id) {}
+        fn event(&self, event: &Event<'_>) {
+            let mut fields = Fields::default();
+            event.record(&mut fields);
+            let mut state = self.0.lock().unwrap();
+            let span = state.stack.last().copied();
+            state.events.push(Seen {
+                level: *event.metadata().level(),
+                message: fields.message,
+                fields: fields.others,
+                span,
+            });
+        }
+        fn enter(&self, span: &Id) {
+            self.0.lock().unwrap().stack.push(span.into_u64());
+        }
+        fn exit(&self, _: &Id) {
+            self.0.lock().unwrap().stack.pop();
+        }
+    }
+}
+
+/// Runs `fut` on a paused current-thread runtime with `collector` as the
+/// thread's subscriber.
+fn traced<F: Future>(collector: &traces::Collector, fut: F) -> F::Output {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .start_paused(true)
+        .build()
+        .unwrap();
+    tracing::subscriber::with_default(collector.clone(), || runtime.block_on(fut))
+}
+
+#[test]
+fn every_attempt_and_pause_is_an_event_in_the_calls_span() {
+    use tracing::Level;
+    let collector = traces::Collector::default();
+    let result = traced(&collector, call(&[502, 503, 200]));
+    assert_eq!(result.unwrap(), 200);
+
+    assert_eq!(collector.span_count(), 1, "one span per logical call");
+    let (name, fields) = collector.span(1);
+    assert_eq!(name, "resilience.call");
+    for field in [
+        "service=checkout",
+        "target=user",
+        "otel.kind=client",
+        "status=ok",
+        "otel.status_code=OK",
+    ] {
+        assert!(fields.iter().any(|f| f == field), "{field} in {fields:?}");
+    }
+
+    let events = collector.events();
+    let summary: Vec<_> = events
+        .iter()
+        .map(|e| (e.level, e.message.as_str(), e.span))
+        .collect();
+    assert_eq!(
+        summary,
+        [
+            (
+                Level::INFO,
+                "attempt failed, retrying after a pause",
+                Some(1)
+            ),
+            (
+                Level::INFO,
+                "attempt failed, retrying after a pause",
+                Some(1)
+            ),
+            (Level::DEBUG, "attempt succeeded", Some(1)),
+        ]
+    );
+    let first = &events[0].fields;
+    assert!(first.contains(&"attempt=1".to_owned()), "{first:?}");
+    assert!(first.contains(&"verdict=transient".to_owned()), "{first:?}");
+    assert!(first.contains(&"reason=5xx".to_owned()), "{first:?}");
+    assert!(
+        first.iter().any(|f| f.starts_with("delay_ms=")),
+        "the pause is in the event: {first:?}"
+    );
+    assert!(events[2].fields.contains(&"attempt=3".to_owned()));
+}
+
+#[test]
+fn an_exhausted_chain_warns_and_marks_its_span_as_an_error() {
+    use tracing::Level;
+    let collector = traces::Collector::default();
+    assert!(traced(&collector, call(&[502, 502, 502])).is_err());
+
+    let (_, fields) = collector.span(1);
+    assert!(fields.contains(&"status=5xx".to_owned()), "{fields:?}");
+    assert!(
+        fields.contains(&"otel.status_code=ERROR".to_owned()),
+        "{fields:?}"
+    );
+    let last = collector.events().pop().unwrap();
+    assert_eq!(
+        (last.level, last.message.as_str()),
+        (Level::WARN, "giving up")
+    );
+    assert!(last.fields.contains(&"give_up=exhausted".to_owned()));
+}
+
+#[test]
+fn breaker_state_changes_are_warnings_naming_the_breaker() {
+    use tracing::Level;
+    let collector = traces::Collector::default();
+    tracing::subscriber::with_default(collector.clone(), || {
+        breaker_transition(
+            USER,
+            crate::breaker::State::Closed,
+            crate::breaker::State::Open,
+            false,
+        )
+    });
+    let events = collector.events();
+    assert_eq!(events.len(), 1);
+    assert_eq!(events[0].level, Level::WARN);
+    for field in ["breaker=user", "from=closed", "to=open", "forced=false"] {
+        assert!(
+            events[0].fields.contains(&field.to_owned()),
+            "{field} in {:?}",
+            events[0].fields
+        );
+    }
 }
