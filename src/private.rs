@@ -5,7 +5,7 @@
 //! that resolves its policy or breaker once, by name, from the registry;
 //! every call after the first reads it without a lookup. The expansion
 //! calls one function per layer ([`retry`] and [`Chain::attempt`],
-//! [`breaker`] or [`breaker_or_fallback`]), so that logs, metrics and
+//! [`admit`] and [`settle`], or [`breaker`]), so that logs, metrics and
 //! traces belong here and the macro crate never changes for them.
 
 use std::future::Future;
@@ -17,11 +17,11 @@ use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
 use pin_project_lite::pin_project;
-use resilience_runtime::Error;
-use resilience_runtime::breaker::{BreakerConfig, Call, CircuitBreaker};
+use resilience_runtime::breaker::{BreakerConfig, Call, CircuitBreaker, Permit};
 use resilience_runtime::deadline;
 use resilience_runtime::registry;
 use resilience_runtime::retry::{Classify, Event, GiveUp, LazyRng, Policy, PolicyBuilder, Verdict};
+use resilience_runtime::{DependencyDown, Error};
 use tokio::time::{Instant, Sleep};
 
 /// The retry policy of one `#[retry]` call site.
@@ -459,8 +459,7 @@ impl BreakerSite {
     }
 }
 
-/// One logical call through the site's breaker: the whole retry chain
-/// inside counts once.
+/// One call through the site's breaker, for a fn without `#[retry]`.
 #[inline]
 pub fn breaker<Fut, T, E>(site: &'static BreakerSite, call: Fut) -> Call<'static, Fut>
 where
@@ -468,6 +467,27 @@ where
     E: Classify + FromRuntimeError,
 {
     site.get().call(call)
+}
+
+/// Asks the site's breaker for one logical call (the whole retry chain
+/// inside counts once). Dropping the permit without settling it counts
+/// nothing: the call was cancelled.
+#[inline]
+pub fn admit(site: &'static BreakerSite) -> Result<Permit<'static>, DependencyDown> {
+    site.get().try_acquire()
+}
+
+/// Records the call's outcome (classified by `E`) and passes it on.
+#[inline]
+pub fn settle<T, E: Classify>(permit: Permit<'static>, result: Result<T, E>) -> Result<T, E> {
+    permit.record(&result);
+    result
+}
+
+/// The caller's error for a call the breaker rejected.
+#[inline]
+pub fn reject<T, E: FromRuntimeError>(down: DependencyDown) -> Result<T, E> {
+    Err(E::from(Error::DependencyDown(down)))
 }
 
 /// What a call with a fallback came to.
@@ -480,30 +500,17 @@ pub enum Outcome<R> {
     Fallback,
 }
 
-/// Like [`breaker`], for a site with a fallback: says when the fallback
-/// must answer instead (logged at WARN and counted).
-pub async fn breaker_or_fallback<Fut, T, E>(
+/// Like [`settle`], for a site with a fallback: a transient error (what is
+/// left after the retries) hands the call to the fallback, logged at WARN
+/// and counted.
+pub fn settle_or_fallback<T, E>(
     site: &'static BreakerSite,
-    call: Fut,
+    permit: Permit<'static>,
+    result: Result<T, E>,
 ) -> Outcome<Result<T, E>>
 where
-    Fut: Future<Output = Result<T, E>>,
     E: Classify + FromRuntimeError,
 {
-    let breaker = site.get();
-    let permit = match breaker.try_acquire() {
-        Ok(permit) => permit,
-        Err(down) => {
-            site.fallbacks.fetch_add(1, Ordering::Relaxed);
-            tracing::warn!(
-                breaker = site.name,
-                state = down.state(),
-                "dependency down: the fallback answers"
-            );
-            return Outcome::Fallback;
-        }
-    };
-    let result = call.await;
     permit.record(&result);
     match &result {
         Err(error) if error.classify().is_retryable() => {
@@ -517,6 +524,18 @@ where
         }
         _ => Outcome::Done(result),
     }
+}
+
+/// A call the breaker rejected, at a site with a fallback: the fallback
+/// answers, logged at WARN and counted.
+pub fn rejected<R>(site: &'static BreakerSite, down: DependencyDown) -> Outcome<R> {
+    site.fallbacks.fetch_add(1, Ordering::Relaxed);
+    tracing::warn!(
+        breaker = site.name,
+        state = down.state(),
+        "dependency down: the fallback answers"
+    );
+    Outcome::Fallback
 }
 
 /// The error type of a protected fn must carry the runtime's own errors: a
