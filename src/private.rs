@@ -14,13 +14,13 @@ use std::pin::Pin;
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::{Context, Poll, ready};
-use std::time::Duration;
 
 use pin_project_lite::pin_project;
 use resilience_runtime::breaker::{BreakerConfig, Call, CircuitBreaker, Permit};
-use resilience_runtime::deadline;
 use resilience_runtime::registry;
-use resilience_runtime::retry::{Classify, Event, GiveUp, LazyRng, Policy, PolicyBuilder, Verdict};
+use resilience_runtime::retry::{
+    Attempts, Classify, Cut, Event, GiveUp, Next, Policy, PolicyBuilder, Verdict,
+};
 use resilience_runtime::{DependencyDown, Error};
 use tokio::time::{Instant, Sleep};
 
@@ -67,26 +67,14 @@ pub struct ByClassify;
 #[derive(Debug, Clone, Copy)]
 pub struct Custom<W>(W);
 
-/// What the timer of an attempt in flight is armed for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Timer {
-    None,
-    AttemptTimeout(Duration),
-    Deadline,
-    Budget,
-}
-
 /// One retry chain in progress: the state between the attempts of one
 /// logical call.
 #[derive(Debug)]
 pub struct Chain<W> {
     site: &'static RetrySite,
-    policy: Policy,
+    // The runtime's rules, shared with `Policy::retry`: only the loop is ours.
+    attempts: Attempts,
     when: W,
-    attempt: u32,
-    start: Option<Instant>,
-    previous_delay: Duration,
-    rng: LazyRng,
 }
 
 /// Starts a chain at `site`, classifying errors with their [`Classify`] impl.
@@ -105,12 +93,8 @@ impl<W> Chain<W> {
     fn new(site: &'static RetrySite, when: W) -> Self {
         Self {
             site,
-            policy: site.policy(),
+            attempts: Attempts::new(site.policy()),
             when,
-            attempt: 0,
-            start: None,
-            previous_delay: Duration::ZERO,
-            rng: LazyRng::default(),
         }
     }
 }
@@ -186,7 +170,7 @@ pin_project! {
     pub struct Attempt<'a, Fut, W> {
         chain: &'a mut Chain<W>,
         stage: Stage,
-        role: Timer,
+        cut: Option<Cut>,
         #[pin]
         fut: Option<Fut>,
         #[pin]
@@ -197,7 +181,7 @@ pin_project! {
 impl<Fut, W> std::fmt::Debug for Attempt<'_, Fut, W> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Attempt")
-            .field("attempt", &self.chain.attempt)
+            .field("attempt", &self.chain.attempts.attempt())
             .field("stage", &self.stage)
             .finish_non_exhaustive()
     }
@@ -209,7 +193,7 @@ impl<'a, Fut, W> Attempt<'a, Fut, W> {
         Attempt {
             chain,
             stage: Stage::Start,
-            role: Timer::None,
+            cut: None,
             fut: Some(fut),
             timer: None,
         }
@@ -236,31 +220,17 @@ where
         let chain = &mut **this.chain;
         if *this.stage == Stage::Start {
             *this.stage = Stage::Running;
-            let deadline = deadline::current();
-            let timeout = chain.policy.attempt_timeout();
-            if deadline.is_some() || timeout.is_some() || chain.start.is_some() {
-                let now = Instant::now();
-                let start = *chain.start.get_or_insert(now);
-                if deadline.is_some_and(|deadline| deadline <= now) {
+            match chain.attempts.begin() {
+                Ok(None) => {}
+                Ok(Some((until, cut))) => {
+                    arm(this.timer.as_mut(), until);
+                    *this.cut = Some(cut);
+                }
+                Err(_) => {
                     this.fut.set(None);
                     return Poll::Ready(ControlFlow::Break(Err(chain.deadline_passed())));
                 }
-                // On a tie the caller's deadline wins, then the whole budget.
-                let mut until = (start + chain.policy.max_elapsed(), Timer::Budget);
-                if let Some(timeout) = timeout {
-                    if now + timeout < until.0 {
-                        until = (now + timeout, Timer::AttemptTimeout(timeout));
-                    }
-                }
-                if let Some(deadline) = deadline {
-                    if deadline <= until.0 {
-                        until = (deadline, Timer::Deadline);
-                    }
-                }
-                arm(this.timer.as_mut(), until.0);
-                *this.role = until.1;
             }
-            chain.attempt += 1;
         }
         if *this.stage == Stage::Running {
             let Some(fut) = this.fut.as_mut().as_pin_mut() else {
@@ -269,28 +239,26 @@ where
             let result = match fut.poll(cx) {
                 Poll::Ready(result) => result,
                 Poll::Pending => {
-                    if *this.role == Timer::None {
-                        let start = *chain.start.get_or_insert_with(Instant::now);
-                        arm(this.timer.as_mut(), start + chain.policy.max_elapsed());
-                        *this.role = Timer::Budget;
-                    }
+                    let cut = match *this.cut {
+                        Some(cut) => cut,
+                        None => {
+                            let (until, cut) = chain.attempts.pending();
+                            arm(this.timer.as_mut(), until);
+                            *this.cut = Some(cut);
+                            cut
+                        }
+                    };
                     if let Some(timer) = this.timer.as_mut().as_pin_mut() {
                         ready!(timer.poll(cx));
                     }
                     // The timer fired: drop the attempt in flight.
                     this.fut.set(None);
-                    match *this.role {
-                        Timer::AttemptTimeout(timeout) => {
-                            Err(E::from(Error::AttemptTimeout(timeout)))
-                        }
-                        Timer::Deadline => {
-                            return Poll::Ready(ControlFlow::Break(Err(chain.deadline_passed())));
-                        }
-                        Timer::Budget | Timer::None => {
-                            let error = E::from(Error::BudgetExhausted(chain.policy.max_elapsed()));
-                            return Poll::Ready(chain.give_up(error, GiveUp::Elapsed));
-                        }
+                    let (error, stop) = chain.attempts.cut(cut);
+                    let error = E::from(error);
+                    if let Some(reason) = stop {
+                        return Poll::Ready(chain.give_up(error, reason));
                     }
+                    Err(error)
                 }
             };
             // Drop the finished attempt before pausing.
@@ -319,7 +287,7 @@ impl<W> Chain<W> {
     fn deadline_passed<E: FromRuntimeError>(&mut self) -> E {
         let error = E::from(Error::DeadlineExceeded);
         self.notify(&Event::GaveUp {
-            attempt: self.attempt,
+            attempt: self.attempts.attempt(),
             error: &error,
             reason: GiveUp::Deadline,
         });
@@ -329,65 +297,39 @@ impl<W> Chain<W> {
     #[inline]
     fn succeeded<T, E>(&mut self, value: T) -> ControlFlow<Result<T, E>> {
         self.notify::<E>(&Event::Success {
-            attempt: self.attempt,
+            attempt: self.attempts.attempt(),
         });
         ControlFlow::Break(Ok(value))
     }
 
-    /// The rules of the runtime's executor: stop on a permanent error, on
-    /// the last attempt, when the pause would cross `max_elapsed` or the
-    /// caller's deadline; otherwise pause.
+    /// The runtime's rules decide: pause until `Continue(until)`, or stop.
     fn failed<T, E: FromRuntimeError>(
         &mut self,
         error: E,
         verdict: Verdict,
     ) -> ControlFlow<Result<T, E>, Instant> {
-        let attempt = self.attempt;
-        let stop = if !verdict.is_retryable() {
-            Some(GiveUp::Permanent)
-        } else if attempt >= self.policy.max_attempts() {
-            Some(GiveUp::Exhausted)
-        } else {
-            None
-        };
-        if let Some(reason) = stop {
-            return self.give_up(error, reason);
+        match self.attempts.failed(verdict) {
+            Next::Retry { delay, until } => {
+                self.notify(&Event::Retry {
+                    attempt: self.attempts.attempt(),
+                    delay,
+                    error: &error,
+                    verdict,
+                });
+                ControlFlow::Continue(until)
+            }
+            Next::GiveUp(GiveUp::Deadline) => {
+                // The hook sees the real error; the caller learns why we stopped.
+                let _ = self.give_up::<T, E, Instant>(error, GiveUp::Deadline);
+                ControlFlow::Break(Err(E::from(Error::DeadlineExceeded)))
+            }
+            Next::GiveUp(reason) => self.give_up(error, reason),
         }
-        let now = Instant::now();
-        let start = *self.start.get_or_insert(now);
-        let mut delay =
-            self.policy
-                .backoff()
-                .delay(attempt - 1, self.previous_delay, &mut self.rng);
-        self.previous_delay = delay;
-        if let Verdict::RetryAfter(asked) = verdict {
-            delay = delay.max(asked);
-        }
-        let budget_left = self
-            .policy
-            .max_elapsed()
-            .saturating_sub(now.saturating_duration_since(start));
-        let deadline_left = deadline::current().map(|at| at.saturating_duration_since(now));
-        if deadline_left.is_some_and(|left| left <= budget_left && delay >= left) {
-            // The hook sees the real error; the caller learns why we stopped.
-            let _ = self.give_up::<T, E, Instant>(error, GiveUp::Deadline);
-            return ControlFlow::Break(Err(E::from(Error::DeadlineExceeded)));
-        }
-        if delay >= budget_left {
-            return self.give_up(error, GiveUp::Elapsed);
-        }
-        self.notify(&Event::Retry {
-            attempt,
-            delay,
-            error: &error,
-            verdict,
-        });
-        ControlFlow::Continue(now + delay)
     }
 
     fn give_up<T, E, C>(&mut self, error: E, reason: GiveUp) -> ControlFlow<Result<T, E>, C> {
         self.notify(&Event::GaveUp {
-            attempt: self.attempt,
+            attempt: self.attempts.attempt(),
             error: &error,
             reason,
         });
@@ -568,8 +510,10 @@ pub fn clone_arg<T: AttemptArg>(arg: &T) -> T {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use resilience_runtime::deadline;
     use resilience_runtime::retry::HttpStatus;
     use std::cell::Cell;
+    use std::time::Duration;
 
     #[derive(Debug, Clone, PartialEq)]
     enum Failure {
