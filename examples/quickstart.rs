@@ -2,7 +2,7 @@
 //! a reqwest client annotated with `#[circuit_breaker]` and `#[retry]` rides
 //! them out, as a timeline.
 //!
-//! `cargo run --example quickstart` (about 6 s)
+//! `cargo run --example quickstart` (about 5 s)
 //!
 //! 1. a GET recovering after `502, 502 → 200`;
 //! 2. a `400` not retried, a `429` whose `Retry-After` is honoured;
