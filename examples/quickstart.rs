@@ -1,8 +1,8 @@
 //! The main demo: a real HTTP server on 127.0.0.1 plays scripted faults, and
-//! a reqwest client protected by a circuit breaker and retries rides them
-//! out, as a timeline.
+//! a reqwest client annotated with `#[circuit_breaker]` and `#[retry]` rides
+//! them out, as a timeline.
 //!
-//! `cargo run --example quickstart` (about 6 s)
+//! `cargo run --example quickstart` (about 5 s)
 //!
 //! 1. a GET recovering after `502, 502 → 200`;
 //! 2. a `400` not retried, a `429` whose `Retry-After` is honoured;
@@ -24,10 +24,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::{FaultServer, PAYMENTS, Reply};
-use resilience::IdempotencyKey;
-use resilience::breaker::{BreakerConfig, CircuitBreaker, State};
+use resilience::breaker::{CircuitBreaker, State};
 use resilience::http::{HttpError, RequestBuilderExt, ResponseExt};
-use resilience::retry::Policy;
+use resilience::{IdempotencyKey, circuit_breaker, registry, retry};
 use tokio::time::Instant;
 
 /// What the demo printed, and its figures.
@@ -91,7 +90,6 @@ impl Timeline {
 struct Client {
     http: reqwest::Client,
     base: String,
-    breaker: CircuitBreaker,
     timeline: Arc<Timeline>,
     /// When the previous response arrived, to show the pause before the
     /// next attempt.
@@ -102,57 +100,64 @@ struct Client {
 
 impl Client {
     // Caller → breaker → retry → transport (SPEC §5): the breaker counts
-    // one logical call, however many attempts the retries make.
+    // one logical call, however many attempts the retries make, and when
+    // it is open no attempt runs. The body runs again, whole, on every
+    // attempt.
+    #[circuit_breaker(name = "users", min = 4, ratio = 0.5, cooldown = "2s")]
+    #[retry(max = 3, initial = "100ms")]
     async fn get_user(&self, id: u64) -> Result<String, HttpError> {
-        self.new_call();
-        let user = self
-            .breaker
-            .call(Policy::http().retry(|| self.get_user_attempt(id)))
-            .await?;
-        self.cache.lock().unwrap().insert(id, user.clone());
-        Ok(user)
-    }
-
-    /// One attempt: runs again, whole, on every retry.
-    async fn get_user_attempt(&self, id: u64) -> Result<String, HttpError> {
-        let url = format!("{}/users/{id}", self.base);
         self.sent("GET", &format!("/users/{id}"));
-        let response = self.http.get(&url).send().await?;
+        let response = self
+            .http
+            .get(format!("{}/users/{id}", self.base))
+            .send()
+            .await?;
         self.received(&response);
         Ok(response.check().await?.text().await?)
     }
 
-    /// Creates a payment: `key` is the same on every attempt, so the server
-    /// can tell a retry from a second payment.
-    async fn create_payment(&self, key: &IdempotencyKey, cents: u32) -> Result<Receipt, HttpError> {
-        self.new_call();
-        Policy::http()
-            .retry(|| async move {
-                self.sent("POST", &format!("{PAYMENTS} (Idempotency-Key {key})"));
-                let response = self
-                    .http
-                    .post(format!("{}{PAYMENTS}", self.base))
-                    .idempotency_key(key)
-                    .body(format!("amount_cents={cents}"))
-                    .send()
-                    .await?;
-                self.received(&response);
-                let response = response.check().await?;
-                let replayed = response.headers().contains_key("x-idempotency-replay");
-                // Read inside the attempt: a body cut short is retried too.
-                match response.text().await {
-                    Ok(text) => Ok(Receipt { text, replayed }),
-                    Err(err) => {
-                        let mut cause: &dyn std::error::Error = &err;
-                        while let Some(source) = cause.source() {
-                            cause = source;
-                        }
-                        self.timeline.at(format!("   ✗ body cut short: {cause}"));
-                        Err(err.into())
-                    }
+    // A POST may be retried only with an idempotency key (SPEC §3): the
+    // macro refuses `create_*` without one. Every attempt gets a clone of
+    // `key`, so the server sees the same value each time.
+    #[retry(max = 3, initial = "100ms")]
+    async fn create_payment(&self, key: IdempotencyKey, cents: u32) -> Result<Receipt, HttpError> {
+        self.sent("POST", &format!("{PAYMENTS} (Idempotency-Key {key})"));
+        let response = self
+            .http
+            .post(format!("{}{PAYMENTS}", self.base))
+            .idempotency_key(&key)
+            .body(format!("amount_cents={cents}"))
+            .send()
+            .await?;
+        self.received(&response);
+        let response = response.check().await?;
+        let replayed = response.headers().contains_key("x-idempotency-replay");
+        // Read inside the attempt: a body cut short is retried too.
+        match response.text().await {
+            Ok(text) => Ok(Receipt { text, replayed }),
+            Err(err) => {
+                let mut cause: &dyn std::error::Error = &err;
+                while let Some(source) = cause.source() {
+                    cause = source;
                 }
-            })
-            .await
+                self.timeline.at(format!("   ✗ body cut short: {cause}"));
+                Err(err.into())
+            }
+        }
+    }
+
+    /// One logical call of [`get_user`](Self::get_user), keeping the last
+    /// good value for the stale fallback.
+    async fn fetch_user(&self, id: u64) -> Result<String, HttpError> {
+        self.new_call();
+        let user = self.get_user(id).await?;
+        self.cache.lock().unwrap().insert(id, user.clone());
+        Ok(user)
+    }
+
+    async fn pay(&self, key: &IdempotencyKey, cents: u32) -> Result<Receipt, HttpError> {
+        self.new_call();
+        self.create_payment(key.clone(), cents).await
     }
 
     fn new_call(&self) {
@@ -185,7 +190,7 @@ impl Client {
     /// The user, or the last good value marked stale when the dependency
     /// is down (SPEC §6: never an unmarked stub).
     async fn get_user_or_stale(&self, id: u64) -> Result<(String, bool), HttpError> {
-        match self.get_user(id).await {
+        match self.fetch_user(id).await {
             Ok(user) => Ok((user, false)),
             Err(err) if err.is_dependency_down() => {
                 let cached = self.cache.lock().unwrap().get(&id).cloned();
@@ -205,37 +210,25 @@ struct Receipt {
     replayed: bool,
 }
 
+/// The breaker of `#[circuit_breaker(name = "users")]`, shared through the
+/// process-wide registry.
+fn users_breaker() -> &'static CircuitBreaker {
+    registry::global()
+        .breakers()
+        .into_iter()
+        .find(|breaker| breaker.name() == "users")
+        .expect("`get_user` was called, so its breaker exists")
+}
+
 /// Runs the five scenes against a fresh server. `quiet` records the lines
 /// without printing them.
 pub async fn run(quiet: bool) -> Report {
     let server = FaultServer::start().await.expect("bind 127.0.0.1");
     let timeline = Arc::new(Timeline::new(quiet));
-    let breaker = CircuitBreaker::new(
-        "users",
-        BreakerConfig::new()
-            .with_min_requests(4)
-            .with_failure_ratio(0.5)
-            .with_cooldown(Duration::from_secs(2)),
-    )
-    .expect("a valid breaker config");
     let trips = Arc::new(Mutex::new(0));
-    {
-        let (timeline, trips) = (timeline.clone(), trips.clone());
-        breaker.on_state_change(move |name, from, to| {
-            if (from, to) == (State::Closed, State::Open) {
-                *trips.lock().unwrap() += 1;
-            }
-            timeline.at(format!(
-                "⚡ breaker `{name}`: {} → {}",
-                from.as_str(),
-                to.as_str()
-            ));
-        });
-    }
     let client = Client {
         http: reqwest::Client::new(),
         base: server.url(""),
-        breaker,
         timeline: timeline.clone(),
         last_response: Mutex::new(None),
         cache: Mutex::new(HashMap::new()),
@@ -253,7 +246,7 @@ pub async fn run(quiet: bool) -> Report {
     server.script_statuses("/users/42", &[502, 502, 200]);
     server.body("/users/42", "Ada Lovelace");
     let before = server.requests().len();
-    let user = client.get_user(42).await;
+    let user = client.fetch_user(42).await;
     report.calls += 1;
     match user {
         Ok(user) => t.at(format!(
@@ -263,13 +256,28 @@ pub async fn run(quiet: bool) -> Report {
         Err(err) => t.at(format!("✗ {err}")),
     }
 
+    // The breaker exists from the first call through it: watch it.
+    {
+        let (timeline, trips) = (timeline.clone(), trips.clone());
+        users_breaker().on_state_change(move |name, from, to| {
+            if (from, to) == (State::Closed, State::Open) {
+                *trips.lock().unwrap() += 1;
+            }
+            timeline.at(format!(
+                "⚡ breaker `{name}`: {} → {}",
+                from.as_str(),
+                to.as_str()
+            ));
+        });
+    }
+
     // 2. What must not be retried, and a server that asks for a pause.
     t.plain(
         "\n2. GET /users/0: 400 is the caller's mistake; GET /users/7: 429 with Retry-After: 1",
     );
     server.script_statuses("/users/0", &[400]);
     let before = server.requests().len();
-    let bad = client.get_user(0).await;
+    let bad = client.fetch_user(0).await;
     report.calls += 1;
     match bad {
         Ok(user) => t.at(format!("✗ unexpected success: {user}")),
@@ -283,7 +291,7 @@ pub async fn run(quiet: bool) -> Report {
     server.script("/users/7", [Reply::RetryAfter(429, 1), Reply::Ok]);
     server.body("/users/7", "Grace Hopper");
     let started = Instant::now();
-    let user = client.get_user(7).await;
+    let user = client.fetch_user(7).await;
     report.calls += 1;
     match user {
         Ok(user) => t.at(format!(
@@ -297,7 +305,7 @@ pub async fn run(quiet: bool) -> Report {
     t.plain("\n3. POST /payments, behind the server's `IdempotencyLayer`: the first attempt is processed, its response lost");
     server.script(PAYMENTS, [Reply::DropMidBody]);
     let key = IdempotencyKey::new();
-    let receipt = client.create_payment(&key, 1250).await;
+    let receipt = client.pay(&key, 1250).await;
     report.calls += 1;
     let posts = server.requests_to(PAYMENTS);
     let same_key = posts
@@ -353,7 +361,7 @@ pub async fn run(quiet: bool) -> Report {
     match outcome {
         Ok((user, false)) => t.at(format!(
             "✓ probe succeeded: {user:?}; breaker `users` is {}",
-            client.breaker.state().as_str()
+            users_breaker().state().as_str()
         )),
         Ok((user, true)) => t.at(format!("✗ still stale: {user:?}")),
         Err(err) => t.at(format!("✗ {err}")),
