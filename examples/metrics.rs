@@ -67,9 +67,11 @@ struct UserClient {
 impl UserClient {
     /// One attempt; the attributes make it one logical call: a span and a
     /// duration, the breaker `users` around up to 3 attempts (SPEC §5
-    /// layer order). The cooldown is short for the demo (SPEC: 30 s).
+    /// layer order). The cooldown is short for the demo (SPEC: 30 s). The
+    /// retry site takes the breaker's name so that every series of the
+    /// dependency has the same `target` (by default it is the fn's path).
     #[circuit_breaker(name = "users", min = 4, ratio = 0.5, cooldown = "500ms")]
-    #[retry(max = 3, initial = "100ms")]
+    #[retry(name = "users", max = 3, initial = "100ms")]
     async fn get_user(&self, id: u64) -> Result<String, ClientError> {
         let response = self
             .http
