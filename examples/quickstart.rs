@@ -1,100 +1,384 @@
-//! The retry engine against a scripted flaky dependency, as a timeline.
+//! The main demo: a real HTTP server on 127.0.0.1 plays scripted faults, and
+//! a reqwest client protected by a circuit breaker and retries rides them
+//! out, as a timeline.
 //!
-//! `cargo run --example quickstart`
+//! `cargo run --example quickstart` (about 6 s)
+//!
+//! 1. a GET recovering after `502, 502 → 200`;
+//! 2. a `400` not retried, a `429` whose `Retry-After` is honoured;
+//! 3. a POST carrying one `Idempotency-Key` across its attempts, deduplicated
+//!    by the server;
+//! 4. the dependency going down: the breaker trips, calls fail at once as
+//!    "dependency down", and a stale cached value, marked stale, is served;
+//! 5. recovery: after the cooldown a half-open probe closes the breaker.
+//!
+//! `tests/quickstart.rs` runs [`run`] on a paused clock and checks the
+//! story's key lines, so this demo cannot rot.
 
-use std::cell::RefCell;
+#[path = "common/mod.rs"]
+mod common;
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use resilience::retry::{Classify, Event, HttpStatus, Policy, Verdict};
-use resilience::{Error, deadline};
+use common::{FaultServer, PAYMENTS, Reply};
+use resilience::IdempotencyKey;
+use resilience::breaker::{BreakerConfig, CircuitBreaker, State};
+use resilience::http::{HttpError, RequestBuilderExt, ResponseExt};
+use resilience::retry::Policy;
 use tokio::time::Instant;
 
-#[derive(Debug)]
-enum ClientError {
-    Status(u16),
-    Resilience(Error),
+/// What the demo printed, and its figures.
+#[derive(Debug, Default)]
+pub struct Report {
+    /// Every line printed, in order.
+    pub lines: Vec<String>,
+    /// Logical calls made by the client.
+    pub calls: u32,
+    /// Requests the server received (all attempts of all calls).
+    pub attempts: usize,
+    /// Times the breaker went from closed to open.
+    pub trips: u32,
+    /// Calls rejected at once by the open breaker.
+    pub rejected: u32,
+    /// What those calls would have cost had they gone through the retries.
+    pub time_saved: Duration,
+    /// Wall time of the whole demo, on tokio's clock.
+    pub elapsed: Duration,
 }
 
-impl Classify for ClientError {
-    fn classify(&self) -> Verdict {
-        match self {
-            ClientError::Status(code) => HttpStatus(*code).classify(),
-            ClientError::Resilience(err) => err.classify(),
+impl Report {
+    /// `true` when some printed line contains `text`.
+    pub fn shows(&self, text: &str) -> bool {
+        self.lines.iter().any(|line| line.contains(text))
+    }
+}
+
+/// Prints and records the demo's lines, stamped with the time since start.
+#[derive(Debug)]
+struct Timeline {
+    start: Instant,
+    lines: Mutex<Vec<String>>,
+    quiet: bool,
+}
+
+impl Timeline {
+    fn new(quiet: bool) -> Self {
+        Self {
+            start: Instant::now(),
+            lines: Mutex::new(Vec::new()),
+            quiet,
+        }
+    }
+
+    fn plain(&self, text: impl Into<String>) {
+        let text = text.into();
+        if !self.quiet {
+            println!("{text}");
+        }
+        self.lines.lock().unwrap().push(text);
+    }
+
+    fn at(&self, text: impl AsRef<str>) {
+        let secs = self.start.elapsed().as_secs_f64();
+        self.plain(format!("  {secs:>6.3} s  {}", text.as_ref()));
+    }
+}
+
+/// The client of the "users" and "payments" services.
+struct Client {
+    http: reqwest::Client,
+    base: String,
+    breaker: CircuitBreaker,
+    timeline: Arc<Timeline>,
+    /// When the previous response arrived, to show the pause before the
+    /// next attempt.
+    last_response: Mutex<Option<Instant>>,
+    /// Last good value per user, for the stale fallback.
+    cache: Mutex<HashMap<u64, String>>,
+}
+
+impl Client {
+    // Caller → breaker → retry → transport (SPEC §5): the breaker counts
+    // one logical call, however many attempts the retries make.
+    async fn get_user(&self, id: u64) -> Result<String, HttpError> {
+        self.new_call();
+        let user = self
+            .breaker
+            .call(Policy::http().retry(|| self.get_user_attempt(id)))
+            .await?;
+        self.cache.lock().unwrap().insert(id, user.clone());
+        Ok(user)
+    }
+
+    /// One attempt: runs again, whole, on every retry.
+    async fn get_user_attempt(&self, id: u64) -> Result<String, HttpError> {
+        let url = format!("{}/users/{id}", self.base);
+        self.sent("GET", &format!("/users/{id}"));
+        let response = self.http.get(&url).send().await?;
+        self.received(&response);
+        Ok(response.check().await?.text().await?)
+    }
+
+    /// Creates a payment: `key` is the same on every attempt, so the server
+    /// can tell a retry from a second payment.
+    async fn create_payment(&self, key: &IdempotencyKey, cents: u32) -> Result<Receipt, HttpError> {
+        self.new_call();
+        Policy::http()
+            .retry(|| async move {
+                self.sent("POST", &format!("{PAYMENTS} (Idempotency-Key {key})"));
+                let response = self
+                    .http
+                    .post(format!("{}{PAYMENTS}", self.base))
+                    .idempotency_key(key)
+                    .body(format!("amount_cents={cents}"))
+                    .send()
+                    .await?;
+                self.received(&response);
+                let response = response.check().await?;
+                let replayed = response.headers().contains_key("x-idempotency-replay");
+                // Read inside the attempt: a body cut short is retried too.
+                match response.text().await {
+                    Ok(text) => Ok(Receipt { text, replayed }),
+                    Err(err) => {
+                        let mut cause: &dyn std::error::Error = &err;
+                        while let Some(source) = cause.source() {
+                            cause = source;
+                        }
+                        self.timeline.at(format!("   ✗ body cut short: {cause}"));
+                        Err(err.into())
+                    }
+                }
+            })
+            .await
+    }
+
+    fn new_call(&self) {
+        *self.last_response.lock().unwrap() = None;
+    }
+
+    fn sent(&self, method: &str, path: &str) {
+        let pause = self
+            .last_response
+            .lock()
+            .unwrap()
+            .take()
+            .map(|at| format!("   (after a {} ms pause)", at.elapsed().as_millis()))
+            .unwrap_or_default();
+        self.timeline.at(format!("→ {method} {path}{pause}"));
+    }
+
+    fn received(&self, response: &reqwest::Response) {
+        let mut line = format!("← {}", response.status());
+        if let Some(value) = response.headers().get("retry-after") {
+            let _ = write!(line, ", Retry-After: {}", value.to_str().unwrap_or("?"));
+        }
+        if response.headers().contains_key("x-idempotency-replay") {
+            line.push_str(", X-Idempotency-Replay: true");
+        }
+        self.timeline.at(line);
+        *self.last_response.lock().unwrap() = Some(Instant::now());
+    }
+
+    /// The user, or the last good value marked stale when the dependency
+    /// is down (SPEC §6: never an unmarked stub).
+    async fn get_user_or_stale(&self, id: u64) -> Result<(String, bool), HttpError> {
+        match self.get_user(id).await {
+            Ok(user) => Ok((user, false)),
+            Err(err) if err.is_dependency_down() => {
+                let cached = self.cache.lock().unwrap().get(&id).cloned();
+                match cached {
+                    Some(user) => Ok((user, true)),
+                    None => Err(err),
+                }
+            }
+            Err(err) => Err(err),
         }
     }
 }
 
-impl From<Error> for ClientError {
-    fn from(err: Error) -> Self {
-        ClientError::Resilience(err)
-    }
+#[derive(Debug)]
+struct Receipt {
+    text: String,
+    replayed: bool,
 }
 
-async fn scene(title: &str, script: &[u16], policy: Policy) {
-    println!("\n{title}");
-    let start = Instant::now();
-    let answers = RefCell::new(script.iter().copied());
-    let stamp = || format!("{:>4} ms", start.elapsed().as_millis());
-    let result = policy
-        .retry(|| {
-            let status = answers.borrow_mut().next().unwrap_or(200);
-            let at = stamp();
-            async move {
-                println!("  {at}  attempt -> {status}");
-                match status {
-                    200..=299 => Ok(status),
-                    _ => Err(ClientError::Status(status)),
-                }
+/// Runs the five scenes against a fresh server. `quiet` records the lines
+/// without printing them.
+pub async fn run(quiet: bool) -> Report {
+    let server = FaultServer::start().await.expect("bind 127.0.0.1");
+    let timeline = Arc::new(Timeline::new(quiet));
+    let breaker = CircuitBreaker::new(
+        "users",
+        BreakerConfig::new()
+            .with_min_requests(4)
+            .with_failure_ratio(0.5)
+            .with_cooldown(Duration::from_secs(2)),
+    )
+    .expect("a valid breaker config");
+    let trips = Arc::new(Mutex::new(0));
+    {
+        let (timeline, trips) = (timeline.clone(), trips.clone());
+        breaker.on_state_change(move |name, from, to| {
+            if (from, to) == (State::Closed, State::Open) {
+                *trips.lock().unwrap() += 1;
             }
-        })
-        .notify(|event: &Event<'_, ClientError>| match event {
-            Event::Retry { attempt, delay, .. } => {
-                println!(
-                    "  {}  attempt {attempt} failed, pausing {delay:.0?}",
-                    stamp()
-                )
-            }
-            Event::GaveUp {
-                attempt, reason, ..
-            } => {
-                println!(
-                    "  {}  gave up after attempt {attempt}: {}",
-                    stamp(),
-                    reason.as_str()
-                )
-            }
-            _ => {}
-        })
-        .await;
-    match result {
-        Ok(status) => println!("  {}  result: {status}", stamp()),
-        Err(err) => println!("  {}  result: error {err:?}", stamp()),
+            timeline.at(format!(
+                "⚡ breaker `{name}`: {} → {}",
+                from.as_str(),
+                to.as_str()
+            ));
+        });
     }
+    let client = Client {
+        http: reqwest::Client::new(),
+        base: server.url(""),
+        breaker,
+        timeline: timeline.clone(),
+        last_response: Mutex::new(None),
+        cache: Mutex::new(HashMap::new()),
+    };
+    let t = &*timeline;
+    let mut report = Report::default();
+    t.plain(format!(
+        "resilience quickstart: a real HTTP server on {} plays scripted faults",
+        server.addr()
+    ));
+    t.plain("policy: 3 attempts, 100 ms ×2 backoff ±25 % jitter; breaker `users`: min 4 calls, ratio 0.5, cooldown 2 s");
+
+    // 1. Transient failures ride out.
+    t.plain("\n1. GET /users/42: the server answers 502, 502, then 200");
+    server.script_statuses("/users/42", &[502, 502, 200]);
+    server.body("/users/42", "Ada Lovelace");
+    let before = server.requests().len();
+    let user = client.get_user(42).await;
+    report.calls += 1;
+    match user {
+        Ok(user) => t.at(format!(
+            "✓ user 42 = {user:?} after {} attempts",
+            server.requests().len() - before
+        )),
+        Err(err) => t.at(format!("✗ {err}")),
+    }
+
+    // 2. What must not be retried, and a server that asks for a pause.
+    t.plain(
+        "\n2. GET /users/0: 400 is the caller's mistake; GET /users/7: 429 with Retry-After: 1",
+    );
+    server.script_statuses("/users/0", &[400]);
+    let before = server.requests().len();
+    let bad = client.get_user(0).await;
+    report.calls += 1;
+    match bad {
+        Ok(user) => t.at(format!("✗ unexpected success: {user}")),
+        Err(err) => t.at(format!(
+            "✓ not retried ({} attempt): {}",
+            server.requests().len() - before,
+            err.status()
+                .map_or_else(|| err.to_string(), |s| s.to_string())
+        )),
+    }
+    server.script("/users/7", [Reply::RetryAfter(429, 1), Reply::Ok]);
+    server.body("/users/7", "Grace Hopper");
+    let started = Instant::now();
+    let user = client.get_user(7).await;
+    report.calls += 1;
+    match user {
+        Ok(user) => t.at(format!(
+            "✓ user 7 = {user:?}, {:.1} s later: Retry-After honoured",
+            started.elapsed().as_secs_f64()
+        )),
+        Err(err) => t.at(format!("✗ {err}")),
+    }
+
+    // 3. A POST is safe to retry only with an idempotency key.
+    t.plain("\n3. POST /payments, behind the server's `IdempotencyLayer`: the first attempt is processed, its response lost");
+    server.script(PAYMENTS, [Reply::DropMidBody]);
+    let key = IdempotencyKey::new();
+    let receipt = client.create_payment(&key, 1250).await;
+    report.calls += 1;
+    let posts = server.requests_to(PAYMENTS);
+    let same_key = posts
+        .iter()
+        .all(|r| r.idempotency_key.as_deref() == Some(key.as_str()));
+    match receipt {
+        Ok(receipt) => t.at(format!(
+            "✓ {:?}{}; {} attempts, same key on each: {same_key}; payments created on the server: {}",
+            receipt.text,
+            if receipt.replayed { " (replayed)" } else { "" },
+            posts.len(),
+            server.payments_created(),
+        )),
+        Err(err) => t.at(format!("✗ {err}")),
+    }
+
+    // 4. The dependency goes down.
+    t.plain("\n4. the users service goes down: every request gets 503");
+    server.always("/users/42", Reply::Status(503));
+    server.body("/users/42", "Ada Lovelace (v2)");
+    let mut failed_calls = Vec::new();
+    for _ in 0..8 {
+        let started = Instant::now();
+        let outcome = client.get_user_or_stale(42).await;
+        report.calls += 1;
+        match outcome {
+            Ok((user, true)) => {
+                report.rejected += 1;
+                t.at(format!(
+                    "↺ dependency down, failed fast in {} ms; serving stale {user:?} (X-From-Cache: stale)",
+                    started.elapsed().as_millis()
+                ));
+            }
+            Ok((user, false)) => t.at(format!("✓ {user:?}")),
+            Err(err) => {
+                failed_calls.push(started.elapsed());
+                t.at(format!("✗ failed after the retries: {err}"));
+            }
+        }
+    }
+    if !failed_calls.is_empty() {
+        let average = failed_calls.iter().sum::<Duration>() / failed_calls.len() as u32;
+        report.time_saved = average * report.rejected;
+    }
+
+    // 5. Recovery.
+    t.plain("\n5. the service is back; the breaker waits out its cooldown, then probes");
+    server.always("/users/42", Reply::Ok);
+    // The cooldown, and a little more: the breaker's clock ticks on its own.
+    tokio::time::sleep(Duration::from_millis(2200)).await;
+    let outcome = client.get_user_or_stale(42).await;
+    report.calls += 1;
+    match outcome {
+        Ok((user, false)) => t.at(format!(
+            "✓ probe succeeded: {user:?}; breaker `users` is {}",
+            client.breaker.state().as_str()
+        )),
+        Ok((user, true)) => t.at(format!("✗ still stale: {user:?}")),
+        Err(err) => t.at(format!("✗ {err}")),
+    }
+
+    report.attempts = server.requests().len();
+    report.trips = *trips.lock().unwrap();
+    report.elapsed = timeline.start.elapsed();
+    t.plain("\nsummary");
+    t.plain("  | calls | attempts | breaker trips | failed fast | time saved by failing fast | total time |");
+    t.plain("  |------:|---------:|--------------:|------------:|---------------------------:|-----------:|");
+    t.plain(format!(
+        "  | {:>5} | {:>8} | {:>13} | {:>11} | {:>24.1} s | {:>8.1} s |",
+        report.calls,
+        report.attempts,
+        report.trips,
+        report.rejected,
+        report.time_saved.as_secs_f64(),
+        report.elapsed.as_secs_f64(),
+    ));
+    report.lines = timeline.lines.lock().unwrap().clone();
+    report
 }
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() {
-    let http = Policy::http();
-    scene(
-        "1. GET recovers after 502, 502 (3 attempts, 100 ms x2 backoff, +-25 % jitter)",
-        &[502, 502, 200],
-        http,
-    )
-    .await;
-    scene("2. 400 is a bad request: not retried", &[400], http).await;
-    scene(
-        "3. the dependency stays down: 3 attempts, then the last error",
-        &[503, 503, 503],
-        http,
-    )
-    .await;
-    deadline::with_timeout(
-        Duration::from_millis(250),
-        scene(
-            "4. the caller's 250 ms deadline cuts the chain short",
-            &[503, 503, 503],
-            http,
-        ),
-    )
-    .await;
+    run(false).await;
 }

@@ -1,6 +1,37 @@
 //! Retries with exponential backoff and jitter, circuit breakers, deadlines
 //! and idempotency for async Rust.
+//!
+//! The attributes put the layers around an `async fn`, in the order the
+//! guide asks for (caller → breaker → retry → transport), and refuse the
+//! known mistakes at compile time (a retried POST without an idempotency
+//! key, jitter below 10 %, an unbounded chain, the layers in the wrong
+//! order, …):
+//!
+//! ```
+//! use resilience::{IdempotencyKey, circuit_breaker, retry};
+//!
+//! #[circuit_breaker(name = "orders", preset = "critical")]
+//! #[retry(max = 3, initial = "100ms")]
+//! async fn create_order(key: IdempotencyKey, cents: u64) -> Result<u64, std::io::Error> {
+//!     // every attempt sends the same `key` in its `Idempotency-Key` header
+//!     # let _ = key;
+//!     Ok(cents)
+//! }
+//!
+//! # #[tokio::main(flavor = "current_thread", start_paused = true)] async fn main() {
+//! assert_eq!(create_order(IdempotencyKey::new(), 4200).await.unwrap(), 4200);
+//! # }
+//! ```
+//!
+//! See [`retry`](macro@retry) and [`circuit_breaker`] for every argument
+//! and rule; everything they call is also usable by hand ([`retry::Policy`],
+//! [`breaker::CircuitBreaker`], [`registry`], [`deadline`]).
 #![forbid(unsafe_code)]
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 
+pub use resilience_macros::{circuit_breaker, retry};
 pub use resilience_runtime::*;
+
+#[doc(hidden)]
+#[path = "private.rs"]
+pub mod __private;

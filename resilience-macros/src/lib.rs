@@ -1,2 +1,36 @@
 //! The `#[retry]` and `#[circuit_breaker]` attribute macros of the
-//! `resilience` crate. Use them through `resilience`, not directly.
+//! `resilience` crate. Use them through `resilience`, not directly: the code
+//! they generate calls `::resilience::__private`.
+//!
+//! Each macro is a thin shim over its module: `args` parses, `validate`
+//! checks the rules between arguments and on the fn, `expand` generates
+//! the code. `sig`, `idempotency` and `duration` hold what both share.
+#![forbid(unsafe_code)]
+#![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
+
+use proc_macro::TokenStream;
+
+mod args;
+mod async_trait;
+mod breaker;
+mod duration;
+mod errors;
+mod expand;
+mod idempotency;
+mod item;
+mod retry;
+mod sig;
+mod suggest;
+mod validate;
+
+#[doc = include_str!("../doc/retry.md")]
+#[proc_macro_attribute]
+pub fn retry(args: TokenStream, item: TokenStream) -> TokenStream {
+    retry::expand(args.into(), item.into()).into()
+}
+
+#[doc = include_str!("../doc/circuit_breaker.md")]
+#[proc_macro_attribute]
+pub fn circuit_breaker(args: TokenStream, item: TokenStream) -> TokenStream {
+    breaker::expand(args.into(), item.into()).into()
+}

@@ -7,7 +7,9 @@
 //! - [`registry`]: named breakers and retry policies, configured at startup
 //!   from code and from a TOML file;
 //! - [`deadline`]: the caller's deadline, scoped to a task;
-//! - [`idempotency`]: keys that make a retried POST safe.
+//! - [`idempotency`]: keys that make a retried POST safe;
+//! - [`telemetry`]: the metrics, spans and events of SPEC §7;
+//! - `http` (feature `reqwest`): the reqwest integration.
 //!
 //! Applications normally depend on the `resilience` facade crate, which
 //! re-exports this one together with the `#[retry]` and
@@ -18,9 +20,12 @@
 pub mod breaker;
 pub mod deadline;
 mod error;
+#[cfg(feature = "reqwest")]
+pub mod http;
 pub mod idempotency;
 pub mod registry;
 pub mod retry;
+pub mod telemetry;
 
 pub use breaker::{BreakerConfig, CircuitBreaker};
 pub use error::{ConfigError, DependencyDown, Error};

@@ -13,7 +13,7 @@ use super::*;
 /// A breaker already half-open, with `probes` probes allowed.
 fn half_open(probes: u32) -> CircuitBreaker {
     let b = CircuitBreaker::with_stripes(
-        "loom",
+        crate::telemetry::Labels::new("loom", "loom"),
         BreakerConfig::new()
             .with_min_requests(1)
             .with_half_open(probes),

@@ -94,6 +94,7 @@ use self::sync::{Arc, AtomicU64, Ordering::*, RwLock};
 use self::window::{Counts, SlidingWindow};
 use crate::error::{ConfigError, DependencyDown, Error};
 use crate::retry::{ByClassify, Classify, When};
+use crate::telemetry::{self, Labels};
 
 type Hook = Box<dyn Fn(&'static str, State, State) + Send + Sync>;
 
@@ -152,6 +153,8 @@ struct Inner {
     /// Read by every call; see [`state`] for the layout.
     state: Padded<AtomicU64>,
     name: &'static str,
+    /// `service` and `target` (the name) of its metrics.
+    labels: Labels,
     config: BreakerConfig,
     bucket_width: u64,
     /// Nanoseconds since `origin` at which the cooldown ends.
@@ -216,22 +219,37 @@ enum Outcome {
 impl CircuitBreaker {
     /// A closed breaker named `name` (the `target` label of its metrics and
     /// the name carried by its rejections), after checking `config`.
+    ///
+    /// Its metrics carry `service = "unknown_service"`; breakers from a
+    /// [`Registry`](crate::registry::Registry) carry the registry's service.
     pub fn new(name: &'static str, config: BreakerConfig) -> Result<Self, ConfigError> {
+        Self::new_in(crate::registry::UNKNOWN_SERVICE, name, config)
+    }
+
+    /// [`new`](Self::new), for the service `service`.
+    pub(crate) fn new_in(
+        service: &'static str,
+        name: &'static str,
+        config: BreakerConfig,
+    ) -> Result<Self, ConfigError> {
         config
             .validate()
             .map_err(|err| err.with_subject(format!("circuit breaker `{name}`")))?;
         Ok(Self::with_stripes(
-            name,
+            Labels::new(service, name),
             config,
             SlidingWindow::default_stripes(),
         ))
     }
 
-    fn with_stripes(name: &'static str, config: BreakerConfig, stripes: usize) -> Self {
+    fn with_stripes(labels: Labels, config: BreakerConfig, stripes: usize) -> Self {
+        let name = labels.target();
+        telemetry::breaker_created(labels, State::Closed);
         CircuitBreaker {
             inner: Arc::new(Inner {
                 state: Padded(AtomicU64::new(Word::new(CLOSED, false, 0, NO_TICKER).0)),
                 name,
+                labels,
                 config,
                 bucket_width: config.bucket_width(),
                 open_until: AtomicU64::new(0),
@@ -389,7 +407,8 @@ impl CircuitBreaker {
             Outcome::Cancelled(Admission::Probe(generation)) => {
                 self.inner.settle_probe(generation, None)
             }
-            Outcome::Cancelled(Admission::Closed) | Outcome::Rejected => {}
+            Outcome::Rejected => telemetry::breaker_rejected(self.inner.labels),
+            Outcome::Cancelled(Admission::Closed) => {}
         }
     }
 
@@ -648,13 +667,7 @@ impl Inner {
             }
         };
         let (from_state, to_state) = (before.state(), Word(to).state());
-        tracing::warn!(
-            breaker = self.name,
-            from = from_state.as_str(),
-            to = to_state.as_str(),
-            forced,
-            "circuit breaker state changed"
-        );
+        telemetry::breaker_transition(self.labels, from_state, to_state, forced);
         if from_state != to_state {
             let hooks = self
                 .hooks

@@ -137,7 +137,9 @@ pub fn install(registry: Registry) -> Result<&'static Registry, ConfigError> {
 
 /// Named breakers and retry policies; see the [module docs](self).
 pub struct Registry {
-    service: String,
+    /// Leaked once per registry: the label outlives every breaker, which
+    /// are `'static` too.
+    service: &'static str,
     file: FileConfig,
     state: RwLock<Shared>,
 }
@@ -215,7 +217,7 @@ impl Registry {
     ) -> CircuitBreaker {
         let from_code = shared.code_breakers.get(name).copied().unwrap_or(defaults);
         let config = self.file.breaker(name, from_code);
-        match CircuitBreaker::new(name, config) {
+        match CircuitBreaker::new_in(self.service, name, config) {
             Ok(breaker) => breaker,
             Err(err) => {
                 // Each part was checked on its own; only their combination
@@ -225,8 +227,8 @@ impl Registry {
                     error = %err,
                     "the configuration file and the code combine into an invalid breaker; using the code's values"
                 );
-                CircuitBreaker::new(name, from_code)
-                    .or_else(|_| CircuitBreaker::new(name, BreakerConfig::new()))
+                CircuitBreaker::new_in(self.service, name, from_code)
+                    .or_else(|_| CircuitBreaker::new_in(self.service, name, BreakerConfig::new()))
                     .unwrap_or_else(|_| unreachable!("the SPEC defaults are valid"))
             }
         }
@@ -257,8 +259,8 @@ impl Registry {
     }
 
     /// The service this process is, for the `service` label of metrics.
-    pub fn service(&self) -> &str {
-        &self.service
+    pub fn service(&self) -> &'static str {
+        self.service
     }
 
     /// Replaces the configuration of the breaker `name` before its first
@@ -396,7 +398,7 @@ impl RegistryBuilder {
             .or(self.service)
             .unwrap_or_else(|| UNKNOWN_SERVICE.to_owned());
         Registry {
-            service,
+            service: Box::leak(service.into_boxed_str()),
             file,
             state: RwLock::new(self.shared),
         }

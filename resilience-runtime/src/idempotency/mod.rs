@@ -4,6 +4,10 @@
 //! attempt may have succeeded after all. The fix (SPEC §3) is a key sent in
 //! the `Idempotency-Key` header, the same on every attempt of one logical
 //! call, so that the server can store the first response and replay it.
+//!
+//! This module holds the client's side, [`IdempotencyKey`]; with the
+//! `idempotency-server` feature, the `server` module holds the server's side, a
+//! tower layer that stores and replays responses.
 
 use std::fmt;
 use std::str::FromStr;
@@ -12,6 +16,9 @@ use std::sync::Arc;
 use rand::RngCore;
 
 use crate::error::ConfigError;
+
+#[cfg(feature = "idempotency-server")]
+pub mod server;
 
 /// The header that carries an [`IdempotencyKey`].
 pub const IDEMPOTENCY_KEY_HEADER: &str = "Idempotency-Key";

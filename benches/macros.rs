@@ -1,0 +1,141 @@
+//! What the macros cost on the success path: the code `#[retry]` generates
+//! against calling the runtime by hand, and a fn with both attributes whose
+//! first attempt succeeds against the bare fn.
+//!
+//! `cargo bench --bench macros -- --warm-up-time 1 --measurement-time 3`
+
+use std::future::Future;
+use std::hint::black_box;
+use std::pin::pin;
+use std::task::{Context, Poll, Waker};
+
+use criterion::{Criterion, criterion_group, criterion_main};
+use resilience::retry::Policy;
+use resilience::{circuit_breaker, retry};
+
+type Error = std::io::Error;
+
+#[inline(never)]
+async fn get_user(id: u64) -> Result<u64, Error> {
+    Ok(black_box(id) + 1)
+}
+
+// The same body, expanded by the macro.
+#[inline(never)]
+#[retry(max = 3, initial = "100ms")]
+async fn get_user_retried(id: u64) -> Result<u64, Error> {
+    Ok(black_box(id) + 1)
+}
+
+// Both layers, as in the README: breaker around retry.
+#[inline(never)]
+#[circuit_breaker(name = "bench-user", ratio = 0.5, min = 20)]
+#[retry(max = 3, initial = "100ms")]
+async fn get_user_protected(id: u64) -> Result<u64, Error> {
+    Ok(black_box(id) + 1)
+}
+
+#[inline(never)]
+#[circuit_breaker(name = "bench-breaker-only", ratio = 0.5, min = 20)]
+async fn get_user_breaker(id: u64) -> Result<u64, Error> {
+    Ok(black_box(id) + 1)
+}
+
+#[inline(never)]
+async fn get_user_breaker_by_hand(id: u64) -> Result<u64, Error> {
+    static BREAKER: std::sync::OnceLock<&'static resilience::CircuitBreaker> =
+        std::sync::OnceLock::new();
+    let breaker = BREAKER.get_or_init(|| {
+        resilience::registry::global().breaker(
+            "bench-by-hand",
+            resilience::BreakerConfig::new().with_min_requests(20),
+        )
+    });
+    breaker.call(async move { Ok(black_box(id) + 1) }).await
+}
+
+#[inline(never)]
+async fn get_user_both_by_hand(id: u64) -> Result<u64, Error> {
+    static BREAKER: std::sync::OnceLock<&'static resilience::CircuitBreaker> =
+        std::sync::OnceLock::new();
+    let breaker = BREAKER.get_or_init(|| {
+        resilience::registry::global().breaker(
+            "bench-both-by-hand",
+            resilience::BreakerConfig::new().with_min_requests(20),
+        )
+    });
+    let policy = Policy::http();
+    breaker
+        .call(policy.retry(|| async move { Ok(black_box(id) + 1) }))
+        .await
+}
+
+// What a careful user writes without the macro: a policy resolved once,
+// the runtime's executor around the same body.
+#[inline(never)]
+async fn get_user_by_hand(id: u64) -> Result<u64, Error> {
+    static POLICY: std::sync::OnceLock<Policy> = std::sync::OnceLock::new();
+    let policy = *POLICY.get_or_init(|| {
+        Policy::builder()
+            .with_max_attempts(3)
+            .build()
+            .expect("a valid policy")
+    });
+    policy.retry(|| async move { Ok(black_box(id) + 1) }).await
+}
+
+// Polls a future that is ready at its first poll, without an executor's
+// own costs in the measurement.
+#[inline(always)]
+fn poll_once<F: Future>(fut: F) -> F::Output {
+    let mut cx = Context::from_waker(Waker::noop());
+    match pin!(fut).poll(&mut cx) {
+        Poll::Ready(out) => out,
+        Poll::Pending => unreachable!("the benchmarked future is always ready"),
+    }
+}
+
+fn retry_success_path(c: &mut Criterion) {
+    // A runtime in context, as in a service: the breaker's ticker runs on it.
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_time()
+        .build()
+        .expect("a tokio runtime");
+    let _context = runtime.enter();
+    let mut group = c.benchmark_group("macros/first-attempt-succeeds");
+    group.bench_function("bare fn", |b| b.iter(|| poll_once(get_user(black_box(7)))));
+    group.bench_function("runtime by hand (Policy::retry)", |b| {
+        b.iter(|| poll_once(get_user_by_hand(black_box(7))))
+    });
+    group.bench_function("#[retry]", |b| {
+        b.iter(|| poll_once(get_user_retried(black_box(7))))
+    });
+    group.bench_function("breaker by hand (CircuitBreaker::call)", |b| {
+        b.iter(|| poll_once(get_user_breaker_by_hand(black_box(7))))
+    });
+    group.bench_function("#[circuit_breaker]", |b| {
+        b.iter(|| poll_once(get_user_breaker(black_box(7))))
+    });
+    group.bench_function("both by hand (CircuitBreaker::call(Policy::retry))", |b| {
+        b.iter(|| poll_once(get_user_both_by_hand(black_box(7))))
+    });
+    group.bench_function("#[circuit_breaker] + #[retry]", |b| {
+        b.iter(|| poll_once(get_user_protected(black_box(7))))
+    });
+    group.finish();
+}
+
+fn report_sizes(_: &mut Criterion) {
+    println!(
+        "future sizes in bytes: bare {}, #[retry] {}, by hand {}, #[circuit_breaker] {}, both {}",
+        std::mem::size_of_val(&get_user(1)),
+        std::mem::size_of_val(&get_user_retried(1)),
+        std::mem::size_of_val(&get_user_by_hand(1)),
+        std::mem::size_of_val(&get_user_breaker(1)),
+        std::mem::size_of_val(&get_user_protected(1)),
+    );
+}
+
+criterion_group!(benches, retry_success_path, report_sizes);
+criterion_main!(benches);

@@ -1,0 +1,115 @@
+//! `#[circuit_breaker]`: parse → validate → expand.
+//!
+//! A `#[retry]` written below is expanded here too, inside the breaker:
+//! attribute macros expand from the outside in, so left to itself `#[retry]`
+//! would wrap the breaker instead of the other way round.
+
+use proc_macro2::TokenStream;
+use syn::{ItemFn, Meta};
+
+use crate::errors::Errors;
+use crate::expand::{self, Plan};
+use crate::{args, idempotency, item, sig, validate};
+
+pub(crate) fn expand(args: TokenStream, input: TokenStream) -> TokenStream {
+    let mut errors = Errors::default();
+    let mut item: ItemFn = match item::parse(input, "circuit_breaker") {
+        Ok(item) => item,
+        Err(output) => return output,
+    };
+    let breaker = args::parse_breaker(args, &mut errors);
+    validate::breaker(&breaker, &mut errors);
+    for attr in item
+        .attrs
+        .iter()
+        .filter(|attr| validate::is_attribute(attr, "circuit_breaker"))
+    {
+        errors.push(syn::Error::new_spanned(
+            attr,
+            "`#[circuit_breaker]` is applied more than once; one fn calls one dependency, behind one breaker",
+        ));
+    }
+
+    // Take the `#[retry]` below, if any, and expand it here.
+    let mut retry = None;
+    let mut passed: Vec<syn::Attribute> = Vec::new();
+    let mut kept = Vec::with_capacity(item.attrs.len());
+    for attr in std::mem::take(&mut item.attrs) {
+        if !validate::is_attribute(&attr, "retry") {
+            kept.push(attr);
+            continue;
+        }
+        if retry.is_some() {
+            errors.push(syn::Error::new_spanned(
+                &attr,
+                "`#[retry]` is applied more than once; one chain is bounded, two nested chains multiply the attempts",
+            ));
+            continue;
+        }
+        let tokens = match &attr.meta {
+            Meta::Path(_) => TokenStream::new(),
+            Meta::List(list) => list.tokens.clone(),
+            Meta::NameValue(_) => {
+                errors.push(syn::Error::new_spanned(
+                    &attr,
+                    "write `#[retry(…)]` with its arguments in parentheses",
+                ));
+                continue;
+            }
+        };
+        let args = args::parse_retry(tokens, &mut errors);
+        validate::retry(&args, &mut errors);
+        retry = Some(args);
+        // Keep the user's path to `retry` in the output, so that its import
+        // stays used; the marker makes that expansion a no-op.
+        let path = attr.path();
+        passed.push(syn::parse_quote!(#[#path(__resilience_expanded)]));
+    }
+    item.attrs = kept;
+
+    let async_trait = crate::async_trait::detect(&item);
+    let checks = [
+        match &async_trait {
+            Some(_) => Ok(()),
+            None => validate::asyncness(&item.sig, "circuit_breaker"),
+        },
+        validate::instrument_order(&item, "circuit_breaker"),
+    ];
+    for check in checks {
+        if let Err(err) = check {
+            errors.push(err);
+        }
+    }
+    let result = match &async_trait {
+        Some(parts) => {
+            let output = syn::ReturnType::Type(Default::default(), Box::new(parts.output.clone()));
+            sig::result_type_of(&output, &item.sig, "circuit_breaker")
+        }
+        None => sig::result_type(&item.sig, "circuit_breaker"),
+    };
+    let copies = retry.is_some() || breaker.fallback.is_some();
+    let mut rewritten = item.clone();
+    let params = sig::params(&mut rewritten.sig, copies && async_trait.is_none());
+    if let Some(retry) = &retry {
+        if let Err(err) = idempotency::check(retry, &item.sig.ident, params.has_idempotency_key) {
+            errors.push(err);
+        }
+    }
+    rewritten.attrs.extend(passed);
+    let result = match result {
+        Ok(result) if errors.len() == 0 => result,
+        Ok(_) => return item::with_errors(item, errors),
+        Err(err) => {
+            errors.push(err);
+            return item::with_errors(item, errors);
+        }
+    };
+    expand::expand(Plan {
+        item: rewritten,
+        retry: retry.as_ref(),
+        breaker: Some(&breaker),
+        params,
+        result,
+        async_trait,
+    })
+}

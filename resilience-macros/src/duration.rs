@@ -1,0 +1,137 @@
+//! Durations written as string literals (`"100ms"`, `"1.5s"`), parsed at
+//! compile time so that a typo is a compile error, not a startup panic.
+
+use std::time::Duration;
+
+use crate::suggest::did_you_mean;
+
+/// The accepted units, longest first so that `ms` is not read as `m`.
+const UNITS: &[(&str, u128)] = &[
+    ("ns", 1),
+    ("us", 1_000),
+    ("µs", 1_000),
+    ("ms", 1_000_000),
+    ("s", 1_000_000_000),
+    ("m", 60_000_000_000),
+    ("h", 3_600_000_000_000),
+];
+
+/// Parses `"<number><unit>"`, the number an integer or a decimal, the unit
+/// one of `ns`, `us`, `µs`, `ms`, `s`, `m`, `h`. The error is the reason,
+/// ready to follow "invalid duration `…`: ".
+pub(crate) fn parse(text: &str) -> Result<Duration, String> {
+    let split = text
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    if number.is_empty() {
+        return Err("a duration starts with a number, e.g. \"100ms\" or \"1.5s\"".into());
+    }
+    if unit.is_empty() {
+        return Err(format!(
+            "the unit is missing: write \"{number}ms\" or \"{number}s\" (units: ns, us, ms, s, m, h)"
+        ));
+    }
+    let Some(&(_, nanos_per_unit)) = UNITS.iter().find(|(name, _)| *name == unit) else {
+        let names = UNITS.iter().map(|(name, _)| *name);
+        let hint = match did_you_mean(unit.trim(), names) {
+            Some(near) => format!("; did you mean \"{number}{near}\"?"),
+            None => String::new(),
+        };
+        return Err(format!(
+            "unknown unit `{unit}` (units: ns, us, ms, s, m, h, without a space){hint}"
+        ));
+    };
+    let (whole, fraction) = number.split_once('.').unwrap_or((number, ""));
+    if whole.is_empty() || fraction.contains('.') || (number.contains('.') && fraction.is_empty()) {
+        return Err(format!("`{number}` is not a number; write e.g. \"1.5s\""));
+    }
+    let too_long = || format!("\"{text}\" is too long to be a duration");
+    let whole: u128 = whole.parse().map_err(|_| too_long())?;
+    let mut nanos = whole.checked_mul(nanos_per_unit).ok_or_else(too_long)?;
+    // Exact decimal arithmetic: "1.5s" is 1_500_000_000 ns, not a float.
+    let mut scale = nanos_per_unit;
+    for digit in fraction.bytes() {
+        scale /= 10;
+        if scale == 0 {
+            return Err(format!("\"{text}\" is more precise than a nanosecond"));
+        }
+        nanos += u128::from(digit - b'0') * scale;
+    }
+    let secs = u64::try_from(nanos / 1_000_000_000).map_err(|_| too_long())?;
+    // The remainder is below 10^9 and fits.
+    let subsec = (nanos % 1_000_000_000) as u32;
+    Ok(Duration::new(secs, subsec))
+}
+
+/// `Duration` as the shortest exact text in the same syntax, for messages.
+pub(crate) fn display(duration: Duration) -> String {
+    let nanos = duration.as_nanos();
+    for (unit, per) in [
+        ("h", 3_600_000_000_000u128),
+        ("m", 60_000_000_000),
+        ("s", 1_000_000_000),
+        ("ms", 1_000_000),
+        ("us", 1_000),
+    ] {
+        if nanos >= per && nanos % per == 0 {
+            return format!("{}{unit}", nanos / per);
+        }
+    }
+    if nanos >= 1_000_000_000 {
+        return format!("{}s", duration.as_secs_f64());
+    }
+    format!("{nanos}ns")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn accepts_every_unit_and_decimals() {
+        let cases = [
+            ("100ms", Duration::from_millis(100)),
+            ("2s", Duration::from_secs(2)),
+            ("1m", Duration::from_secs(60)),
+            ("1h", Duration::from_secs(3600)),
+            ("1.5s", Duration::from_millis(1500)),
+            ("0.25ms", Duration::from_micros(250)),
+            ("750us", Duration::from_micros(750)),
+            ("750µs", Duration::from_micros(750)),
+            ("10ns", Duration::from_nanos(10)),
+            ("0s", Duration::ZERO),
+        ];
+        for (text, expected) in cases {
+            assert_eq!(parse(text), Ok(expected), "{text}");
+        }
+    }
+
+    #[test]
+    fn rejects_malformed_text_with_the_reason() {
+        for (text, needle) in [
+            ("100", "unit is missing"),
+            ("ms", "starts with a number"),
+            ("", "starts with a number"),
+            ("100 ms", "without a space"),
+            ("100sec", "unknown unit `sec`"),
+            ("10mss", "did you mean \"10ms\""),
+            ("1.s", "not a number"),
+            ("1.2.3s", "not a number"),
+            ("-1s", "starts with a number"),
+            ("0.0000000001s", "more precise than a nanosecond"),
+            ("99999999999999999999999999999999999999999h", "too long"),
+        ] {
+            let err = parse(text).unwrap_err();
+            assert!(err.contains(needle), "{text}: {err}");
+        }
+    }
+
+    #[test]
+    fn displays_the_shortest_exact_form() {
+        assert_eq!(display(Duration::from_millis(100)), "100ms");
+        assert_eq!(display(Duration::from_secs(120)), "2m");
+        assert_eq!(display(Duration::from_millis(1500)), "1500ms");
+        assert_eq!(display(Duration::from_nanos(7)), "7ns");
+    }
+}

@@ -1,0 +1,276 @@
+//! Code generation, from arguments and a signature that were validated:
+//! nothing here can fail.
+
+use std::time::Duration;
+
+use proc_macro2::{Literal, TokenStream};
+use quote::{quote, quote_spanned};
+use syn::ItemFn;
+use syn::visit_mut::VisitMut;
+
+use crate::args::{BreakerArgs, BreakerPreset, RetryArgs, RetryPreset};
+use crate::async_trait::AsyncTraitBody;
+use crate::sig::{Params, ReplaceSelf, ResultType};
+
+/// Everything `expand` needs about one protected fn.
+pub(crate) struct Plan<'a> {
+    pub(crate) item: ItemFn,
+    pub(crate) retry: Option<&'a RetryArgs>,
+    pub(crate) breaker: Option<&'a BreakerArgs>,
+    pub(crate) params: Params,
+    pub(crate) result: ResultType,
+    /// The method was rewritten by `#[async_trait]` first.
+    pub(crate) async_trait: Option<AsyncTraitBody>,
+}
+
+/// Input:
+///
+/// ```text
+/// #[circuit_breaker(name = "user")]
+/// #[retry(max = 3)]
+/// async fn get_user(&self, id: i64) -> Result<User, Error> { body }
+/// ```
+///
+/// Output:
+///
+/// ```text
+/// async fn get_user(&self, id: i64) -> Result<User, Error> {
+///     static BREAKER: BreakerSite = BreakerSite::new("user", <config>);
+///     breaker(&BREAKER, async {
+///         static RETRY: RetrySite = RetrySite::new("<module>::get_user", <policy>);
+///         let mut chain = retry(&RETRY);
+///         loop {
+///             let attempt = async { let id = clone_arg(&id); let ret: Result<User, Error> = { body }; ret };
+///             match chain.attempt(attempt).await { Break(result) => break result, Continue(()) => {} }
+///         }
+///     }).await
+/// }
+/// ```
+pub(crate) fn expand(plan: Plan<'_>) -> TokenStream {
+    let Plan {
+        mut item,
+        retry,
+        breaker,
+        mut params,
+        result,
+        async_trait,
+    } = plan;
+    if params.self_by_value {
+        ReplaceSelf.visit_block_mut(&mut item.block);
+    }
+    let ItemFn {
+        attrs,
+        vis,
+        sig,
+        mut block,
+    } = item;
+    let mut wrap = None;
+    if let Some(parts) = async_trait {
+        // `#[async_trait]` moved `self` into `__self`.
+        for arg in &mut params.forward {
+            if arg.to_string() == "self" {
+                *arg = quote!(__self);
+            }
+        }
+        params.per_attempt = parts.per_attempt;
+        *block = parts.block;
+        wrap = Some((parts.box_pin, parts.prelude));
+    }
+    let per_attempt = &params.per_attempt;
+    let ret = &result.ty;
+    // The body keeps its own spans and is checked against the user's
+    // return type, so a type error lands where the user wrote it.
+    let attempt = if result.nameable {
+        quote! {
+            async {
+                #(#per_attempt)*
+                let __resilience_ret: #ret = #block;
+                #[allow(unreachable_code)]
+                __resilience_ret
+            }
+        }
+    } else {
+        quote!(async { #(#per_attempt)* #block })
+    };
+
+    let error_span = result.error_span;
+    let mut body = match retry {
+        Some(args) => {
+            let name = site_name(args.name.as_ref().map(|n| n.value.as_str()), &sig.ident);
+            let policy = policy(args);
+            let chain = match &args.when {
+                Some(when) => {
+                    let when = &when.value;
+                    quote!(::resilience::__private::retry_when(&__RESILIENCE_RETRY, #when))
+                }
+                None => quote!(::resilience::__private::retry(&__RESILIENCE_RETRY)),
+            };
+            // Trait errors on the error type (not `Classify`, not
+            // `From<resilience::Error>`) point at the user's `E`.
+            let run = quote_spanned! {error_span=>
+                __resilience_chain.attempt(__resilience_attempt).await
+            };
+            quote! {
+                static __RESILIENCE_RETRY: ::resilience::__private::RetrySite =
+                    ::resilience::__private::RetrySite::new(#name, #policy);
+                let mut __resilience_chain = #chain;
+                loop {
+                    let __resilience_attempt = #attempt;
+                    match #run {
+                        ::core::ops::ControlFlow::Break(__resilience_result) => break __resilience_result,
+                        ::core::ops::ControlFlow::Continue(()) => {}
+                    }
+                }
+            }
+        }
+        None => quote!(#attempt.await),
+    };
+
+    if let Some(args) = breaker {
+        let name = site_name(args.name.as_ref().map(|n| n.value.as_str()), &sig.ident);
+        let config = breaker_config(args);
+        let inner = match retry {
+            Some(_) => quote!(async { #body }),
+            None => attempt,
+        };
+        let site = quote! {
+            static __RESILIENCE_BREAKER: ::resilience::__private::BreakerSite =
+                ::resilience::__private::BreakerSite::new(#name, #config);
+        };
+        body = match &args.fallback {
+            Some(fallback) => {
+                let fallback = &fallback.value;
+                let forward = &params.forward;
+                let call =
+                    quote_spanned!(error_span=> ::resilience::__private::breaker_or_fallback);
+                quote! {
+                    #site
+                    match #call(&__RESILIENCE_BREAKER, #inner).await {
+                        ::resilience::__private::Outcome::Done(__resilience_result) => __resilience_result,
+                        ::resilience::__private::Outcome::Fallback => #fallback(#(#forward),*).await,
+                    }
+                }
+            }
+            None => {
+                let call = quote_spanned! {error_span=>
+                    ::resilience::__private::breaker(&__RESILIENCE_BREAKER, __resilience_inner).await
+                };
+                quote! {
+                    #site
+                    let __resilience_inner = #inner;
+                    #call
+                }
+            }
+        };
+    }
+
+    if let Some((box_pin, prelude)) = wrap {
+        body = quote! {
+            #box_pin(async move {
+                #(#prelude)*
+                #body
+            })
+        };
+    }
+    quote! {
+        #(#attrs)*
+        #vis #sig {
+            #body
+        }
+    }
+}
+
+/// The name the startup config and the metrics know the site by: the one
+/// given, or `module::path::fn_name`.
+fn site_name(name: Option<&str>, ident: &syn::Ident) -> TokenStream {
+    match name {
+        Some(name) => quote!(#name),
+        None => {
+            let ident = ident.to_string();
+            quote!(::core::concat!(::core::module_path!(), "::", #ident))
+        }
+    }
+}
+
+fn duration(value: Duration) -> TokenStream {
+    let secs = Literal::u64_suffixed(value.as_secs());
+    let nanos = Literal::u32_suffixed(value.subsec_nanos());
+    quote!(::core::time::Duration::new(#secs, #nanos))
+}
+
+fn policy(args: &RetryArgs) -> TokenStream {
+    let preset = args.preset.as_ref().map_or(RetryPreset::Http, |p| p.get());
+    let mut builder = match preset {
+        RetryPreset::Http => quote!(::resilience::retry::PolicyBuilder::http()),
+        RetryPreset::Background => quote!(::resilience::retry::PolicyBuilder::background()),
+        RetryPreset::DbTx => quote!(::resilience::retry::PolicyBuilder::db_tx()),
+    };
+    if let Some(max) = &args.max {
+        let max = Literal::u32_suffixed(max.get());
+        builder.extend(quote!(.with_max_attempts(#max)));
+    }
+    if let Some(initial) = &args.initial {
+        let initial = duration(initial.get());
+        builder.extend(quote!(.with_initial(#initial)));
+    }
+    if let Some(multiplier) = &args.multiplier {
+        let multiplier = Literal::f64_suffixed(multiplier.get());
+        builder.extend(quote!(.with_multiplier(#multiplier)));
+    }
+    if let Some(max_interval) = &args.max_interval {
+        let max_interval = duration(max_interval.get());
+        builder.extend(quote!(.with_max_interval(#max_interval)));
+    }
+    if let Some(jitter) = &args.jitter {
+        let factor = Literal::f64_suffixed(jitter.get());
+        let jitter = match preset {
+            RetryPreset::DbTx => quote!(::resilience::retry::Jitter::Additive(#factor)),
+            _ => quote!(::resilience::retry::Jitter::Symmetric(#factor)),
+        };
+        builder.extend(quote!(.with_jitter(#jitter)));
+    }
+    if let Some(max_elapsed) = &args.max_elapsed {
+        let max_elapsed = duration(max_elapsed.get());
+        builder.extend(quote!(.with_max_elapsed(#max_elapsed)));
+    }
+    if let Some(timeout) = &args.attempt_timeout {
+        let timeout = duration(timeout.get());
+        builder.extend(quote!(.with_attempt_timeout(#timeout)));
+    }
+    builder
+}
+
+fn breaker_config(args: &BreakerArgs) -> TokenStream {
+    let mut config = match args.preset.as_ref().map(|p| p.get()) {
+        None => quote!(::resilience::breaker::BreakerConfig::new()),
+        Some(BreakerPreset::Critical) => quote!(::resilience::breaker::BreakerConfig::critical()),
+        Some(BreakerPreset::Relaxed) => quote!(::resilience::breaker::BreakerConfig::relaxed()),
+    };
+    if let Some(min) = &args.min {
+        let min = Literal::u32_suffixed(min.get());
+        config.extend(quote!(.with_min_requests(#min)));
+    }
+    if let Some(ratio) = &args.ratio {
+        let ratio = Literal::f64_suffixed(ratio.get());
+        config.extend(quote!(.with_failure_ratio(#ratio)));
+    }
+    if let Some(window) = &args.window {
+        let window = duration(window.get());
+        config.extend(quote!(.with_window(#window)));
+    }
+    if let Some(cooldown) = &args.cooldown {
+        let cooldown = duration(cooldown.get());
+        config.extend(quote!(.with_cooldown(#cooldown)));
+    }
+    if let Some(half_open) = &args.half_open {
+        let half_open = Literal::u32_suffixed(half_open.get());
+        config.extend(quote!(.with_half_open(#half_open)));
+    }
+    if let Some(slow) = &args.slow_call {
+        let slow = slow.get();
+        let threshold = duration(slow.threshold);
+        let ratio = Literal::f64_suffixed(slow.ratio);
+        config.extend(quote!(.with_slow_call(#threshold, #ratio)));
+    }
+    config
+}

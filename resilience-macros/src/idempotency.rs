@@ -1,0 +1,213 @@
+//! Idempotency first, retry second (SPEC §3): may this fn be retried?
+//!
+//! A fn is safe to retry when its HTTP method is idempotent, when it takes
+//! an idempotency key that every attempt sends, or when the author asserts
+//! `idempotent`. Without a declared method the verb that starts the fn's
+//! name decides; a name that says nothing is refused rather than guessed.
+
+use syn::Ident;
+
+#[cfg(test)]
+use crate::args::Method;
+use crate::args::RetryArgs;
+
+/// Verbs that create or trigger something: a second run is a second
+/// effect (a second order, a second payment, a second message).
+const CREATING: &[&str] = &[
+    "create",
+    "post",
+    "add",
+    "insert",
+    "submit",
+    "send",
+    "charge",
+    "pay",
+    "transfer",
+    "enqueue",
+    "publish",
+    "push",
+    "append",
+    "emit",
+    "register",
+    "book",
+    "order",
+    "place",
+    "purchase",
+    "buy",
+    "sell",
+    "refund",
+    "withdraw",
+    "deposit",
+    "reserve",
+    "allocate",
+    "issue",
+    "increment",
+    "incr",
+    "decrement",
+    "decr",
+    "patch",
+    "produce",
+    "notify",
+    "trigger",
+    "invoke",
+    "execute",
+    "exec",
+    "process",
+    "upload",
+    "import",
+    "generate",
+    "new",
+    "make",
+    "start",
+    "spawn",
+    "schedule",
+    "dispatch",
+    "mint",
+    "open",
+    "signup",
+    "subscribe",
+    "checkout",
+    "commit",
+];
+
+/// Verbs that read, or write a whole state that a repeat leaves the same
+/// (PUT and DELETE semantics).
+const IDEMPOTENT: &[&str] = &[
+    "get",
+    "fetch",
+    "list",
+    "find",
+    "read",
+    "head",
+    "options",
+    "query",
+    "search",
+    "lookup",
+    "load",
+    "check",
+    "count",
+    "exists",
+    "is",
+    "has",
+    "describe",
+    "show",
+    "view",
+    "download",
+    "resolve",
+    "ping",
+    "probe",
+    "poll",
+    "scan",
+    "select",
+    "retrieve",
+    "stat",
+    "watch",
+    "put",
+    "set",
+    "replace",
+    "upsert",
+    "delete",
+    "remove",
+    "del",
+    "unset",
+    "clear",
+    "cancel",
+    "ack",
+    "acknowledge",
+    "close",
+    "ensure",
+    "sync",
+    "refresh",
+    "reload",
+    "disable",
+    "enable",
+    "store",
+    "save",
+    "overwrite",
+    "evict",
+    "invalidate",
+    "expire",
+    "release",
+    "unsubscribe",
+];
+
+/// Leading words that say nothing about the effect.
+const PREFIXES: &[&str] = &["try", "do", "async", "maybe", "inner", "raw"];
+
+/// The verb of a fn name: its first snake_case word, after prefixes such
+/// as `try_`.
+fn verb(name: &str) -> Option<String> {
+    name.trim_start_matches('_')
+        .split('_')
+        .filter(|word| !word.is_empty())
+        .map(str::to_ascii_lowercase)
+        .find(|word| !PREFIXES.contains(&word.as_str()))
+}
+
+/// Refuses a retried fn that may not be idempotent. The error points at the
+/// fn name and says the rule and the fixes.
+pub(crate) fn check(args: &RetryArgs, name: &Ident, has_key: bool) -> syn::Result<()> {
+    if args.idempotent.is_some() || has_key {
+        return Ok(());
+    }
+    const FIX: &str = "  = help: add a parameter `key: resilience::IdempotencyKey` that the caller creates once per logical call (every attempt sends the same key), or mark the parameter that already carries the key with `#[idempotency_key]`\n  = help: if a repeat is harmless anyway, assert it: `#[retry(idempotent, …)]`";
+    const RULE: &str = "  = note: a retried request may run twice on the server: the first attempt can succeed and only its response be lost; a POST or PATCH is safe to retry only with an `Idempotency-Key` that is the same on every attempt (SPEC §3)";
+    if let Some(method) = &args.method {
+        let value = method.get();
+        if value.is_idempotent() {
+            return Ok(());
+        }
+        return Err(syn::Error::new(
+            name.span(),
+            format!(
+                "`#[retry]` on `{name}`, declared `method = \"{}\"`, needs an idempotency key\n{RULE}\n{FIX}",
+                value.as_str()
+            ),
+        ));
+    }
+    let text = name.to_string();
+    match verb(&text) {
+        Some(verb) if IDEMPOTENT.contains(&verb.as_str()) => Ok(()),
+        Some(verb) if CREATING.contains(&verb.as_str()) => Err(syn::Error::new(
+            name.span(),
+            format!(
+                "`#[retry]` on `{name}` needs an idempotency key: `{verb}` creates or triggers something, like a POST, and a retry may do it twice\n{RULE}\n{FIX}"
+            ),
+        )),
+        _ => Err(syn::Error::new(
+            name.span(),
+            format!(
+                "`#[retry]` cannot tell whether `{name}` is safe to retry: its name does not start with a known verb (get, list, put, delete … or create, send, pay …)\n{RULE}\n  = help: declare the HTTP method it performs, e.g. `#[retry(method = \"GET\")]`; POST and PATCH also need an idempotency key\n  = help: or add a parameter `key: resilience::IdempotencyKey` (or mark one with `#[idempotency_key]`), or assert `#[retry(idempotent)]`"
+            ),
+        )),
+    }
+}
+
+/// Whether `method` can be retried without a key.
+#[cfg(test)]
+fn safe(method: Method) -> bool {
+    method.is_idempotent()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_verb_is_the_first_meaningful_word() {
+        assert_eq!(verb("get_user").as_deref(), Some("get"));
+        assert_eq!(verb("try_create_order").as_deref(), Some("create"));
+        assert_eq!(verb("_send").as_deref(), Some("send"));
+        assert_eq!(verb("GetUser").as_deref(), Some("getuser"));
+        assert_eq!(verb("try"), None);
+    }
+
+    #[test]
+    fn the_lists_do_not_overlap() {
+        for verb in CREATING {
+            assert!(!IDEMPOTENT.contains(verb), "{verb}");
+        }
+        assert!(safe(Method::Put) && safe(Method::Delete) && safe(Method::Get));
+        assert!(!safe(Method::Post) && !safe(Method::Patch));
+    }
+}

@@ -1,0 +1,86 @@
+//! `#[retry]`: parse → validate → expand.
+
+use proc_macro2::TokenStream;
+use quote::quote;
+use syn::ItemFn;
+
+use crate::errors::Errors;
+use crate::expand::{self, Plan};
+use crate::{args, idempotency, item, sig, validate};
+
+/// What `#[circuit_breaker]` leaves in place of the `#[retry]` it expanded.
+const EXPANDED: &str = "__resilience_expanded";
+
+pub(crate) fn expand(args: TokenStream, input: TokenStream) -> TokenStream {
+    if is_marker(&args) {
+        return input;
+    }
+    let mut errors = Errors::default();
+    let item: ItemFn = match item::parse(input, "retry") {
+        Ok(item) => item,
+        Err(output) => return output,
+    };
+    let args = args::parse_retry(args, &mut errors);
+    validate::retry(&args, &mut errors);
+    for attr in item
+        .attrs
+        .iter()
+        .filter(|attr| validate::is_attribute(attr, "retry"))
+    {
+        errors.push(syn::Error::new_spanned(
+            attr,
+            "`#[retry]` is applied more than once; one chain is bounded, two nested chains multiply the attempts",
+        ));
+    }
+    let async_trait = crate::async_trait::detect(&item);
+    let checks = [
+        validate::order(&item),
+        match &async_trait {
+            Some(_) => Ok(()),
+            None => validate::asyncness(&item.sig, "retry"),
+        },
+        validate::instrument_order(&item, "retry"),
+    ];
+    for check in checks {
+        if let Err(err) = check {
+            errors.push(err);
+        }
+    }
+    let result = match &async_trait {
+        Some(parts) => {
+            let output = syn::ReturnType::Type(Default::default(), Box::new(parts.output.clone()));
+            sig::result_type_of(&output, &item.sig, "retry")
+        }
+        None => sig::result_type(&item.sig, "retry"),
+    };
+    let mut rewritten = item.clone();
+    let params = sig::params(&mut rewritten.sig, async_trait.is_none());
+    if let Err(err) = idempotency::check(&args, &item.sig.ident, params.has_idempotency_key) {
+        errors.push(err);
+    }
+    let result = match result {
+        Ok(result) if errors.len() == 0 => result,
+        Ok(_) => return item::with_errors(item, errors),
+        Err(err) => {
+            errors.push(err);
+            return item::with_errors(item, errors);
+        }
+    };
+    let output = expand::expand(Plan {
+        item: rewritten,
+        retry: Some(&args),
+        breaker: None,
+        params,
+        result,
+        async_trait,
+    });
+    quote!(#output)
+}
+
+fn is_marker(args: &TokenStream) -> bool {
+    let mut tokens = args.clone().into_iter();
+    matches!(
+        (tokens.next(), tokens.next()),
+        (Some(proc_macro2::TokenTree::Ident(ident)), None) if ident == EXPANDED
+    )
+}

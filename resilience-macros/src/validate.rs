@@ -1,0 +1,275 @@
+//! The rules between arguments and on the fn itself, checked against the
+//! values in effect (the preset's, overridden by the arguments), so that
+//! what compiles is a valid policy and a valid breaker.
+
+use std::time::Duration;
+
+use syn::{Attribute, ItemFn, Signature};
+
+use crate::args::{BreakerArgs, RetryArgs, RetryPreset};
+use crate::duration::display;
+use crate::errors::Errors;
+
+/// The smallest jitter factor: below it clients that failed together retry
+/// together (SPEC §1, anti-pattern 2).
+const MIN_JITTER: f64 = 0.1;
+
+/// The values a retry preset starts from, as in the runtime's
+/// `PolicyBuilder::{http, background, db_tx}`.
+struct RetryDefaults {
+    initial: Duration,
+    max_interval: Duration,
+    max_elapsed: Duration,
+}
+
+fn retry_defaults(preset: RetryPreset) -> RetryDefaults {
+    match preset {
+        RetryPreset::Http => RetryDefaults {
+            initial: Duration::from_millis(100),
+            max_interval: Duration::from_secs(2),
+            max_elapsed: Duration::from_secs(5),
+        },
+        RetryPreset::Background => RetryDefaults {
+            initial: Duration::from_millis(500),
+            max_interval: Duration::from_secs(30),
+            max_elapsed: Duration::from_secs(120),
+        },
+        RetryPreset::DbTx => RetryDefaults {
+            initial: Duration::from_millis(10),
+            max_interval: Duration::from_secs(1),
+            max_elapsed: Duration::from_secs(5),
+        },
+    }
+}
+
+/// Checks `#[retry]`'s values one by one and against each other.
+pub(crate) fn retry(args: &RetryArgs, errors: &mut Errors) {
+    let preset = args.preset.as_ref().map_or(RetryPreset::Http, |p| p.get());
+    let defaults = retry_defaults(preset);
+
+    if let Some(max) = &args.max {
+        if max.get() == 0 {
+            errors.push(max.error(
+                "`max = 0` allows no attempt at all, and 0 means \"unbounded\" in some libraries: a retry chain is always bounded\n  = help: `max` counts every attempt, the first included: use `max = 1` to disable retries, the default is 3",
+            ));
+        }
+    }
+    if let Some(initial) = &args.initial {
+        if initial.get().is_zero() {
+            errors.push(initial.error(
+                "`initial = \"0s\"` retries at once and hammers a dependency that is already failing\n  = help: use at least \"1ms\"; the default is \"100ms\"",
+            ));
+        }
+    }
+    if let Some(multiplier) = &args.multiplier {
+        let value = multiplier.get();
+        if preset == RetryPreset::DbTx {
+            errors.push(multiplier.error(
+                "`multiplier` has no effect with `preset = \"db_tx\"`, whose pauses grow as `initial · attempt²`\n  = help: remove `multiplier`, or use another preset",
+            ));
+        } else if !value.is_finite() || value < 1.0 {
+            errors.push(multiplier.error(format!(
+                "`multiplier = {value}` would shrink the pauses: the multiplier must be at least 1.0\n  = help: 2.0 (the default) doubles each pause: 100ms, 200ms, 400ms"
+            )));
+        }
+    }
+    if let Some(jitter) = &args.jitter {
+        let value = jitter.get();
+        if value < MIN_JITTER {
+            errors.push(jitter.error(format!(
+                "`jitter = {value}` is below 0.1: clients that failed together would retry together, in waves that keep the dependency down (thundering herd)\n  = help: use a jitter between 0.1 and 1.0; the default is 0.25, i.e. ±25 %"
+            )));
+        } else if value > 1.0 {
+            errors.push(jitter.error(format!(
+                "`jitter = {value}` is above 1.0: the jitter is a fraction of the pause (0.25 means ±25 %)\n  = help: use a jitter between 0.1 and 1.0"
+            )));
+        }
+    }
+    if let Some(max_elapsed) = &args.max_elapsed {
+        if max_elapsed.get().is_zero() {
+            errors.push(max_elapsed.error(
+                "`max_elapsed = \"0s\"` would leave the chain without a time bound (0 means \"unbounded\" in some libraries): every retry chain is bounded by attempts AND elapsed time\n  = help: the default is \"5s\"; keep it well below the caller's deadline",
+            ));
+        }
+    }
+
+    let initial = args.initial.as_ref().map_or(defaults.initial, |a| a.get());
+    let max_interval = args
+        .max_interval
+        .as_ref()
+        .map_or(defaults.max_interval, |a| a.get());
+    if !initial.is_zero() && initial > max_interval {
+        let message = format!(
+            "the first pause (`initial = \"{}\"`) is longer than the cap on every pause (`max_interval = \"{}\"`)\n  = help: lower `initial` or raise `max_interval`",
+            display(initial),
+            display(max_interval)
+        );
+        match (&args.initial, &args.max_interval) {
+            (Some(arg), _) => errors.push(arg.error(message)),
+            (None, Some(arg)) => errors.push(arg.error(message)),
+            (None, None) => {}
+        }
+    }
+
+    let max_elapsed = args
+        .max_elapsed
+        .as_ref()
+        .map_or(defaults.max_elapsed, |a| a.get());
+    if let Some(timeout) = &args.attempt_timeout {
+        let value = timeout.get();
+        if value.is_zero() {
+            errors.push(timeout.error(
+                "`attempt_timeout = \"0s\"` gives an attempt no time to run\n  = help: remove it (attempts are then bounded by `max_elapsed` only) or give a fraction of `max_elapsed`",
+            ));
+        } else if !max_elapsed.is_zero() && value >= max_elapsed {
+            errors.push(timeout.error(format!(
+                "`attempt_timeout = \"{}\"` is not shorter than `max_elapsed = \"{}\"`: a first attempt that times out uses the whole budget, so the second attempt could never run\n  = help: make the attempt timeout a fraction of the budget, e.g. `attempt_timeout = \"{}\"`",
+                display(value),
+                display(max_elapsed),
+                display(Duration::from_millis((max_elapsed.as_millis() / 5).max(1) as u64))
+            )));
+        }
+    }
+}
+
+/// Checks `#[circuit_breaker]`'s values.
+pub(crate) fn breaker(args: &BreakerArgs, errors: &mut Errors) {
+    if args.name.is_none() {
+        errors.push(syn::Error::new(
+            proc_macro2::Span::call_site(),
+            "`#[circuit_breaker]` needs a `name`: fns that call the same dependency share one breaker by name, and the startup config and the metrics refer to it\n  = help: `#[circuit_breaker(name = \"user-service\")]`",
+        ));
+    }
+    if let Some(ratio) = &args.ratio {
+        let value = ratio.get();
+        if !(value > 0.0 && value <= 1.0) {
+            errors.push(ratio.error(format!(
+                "`ratio = {value}` is outside (0, 1]: it is the share of failed calls that opens the breaker\n  = help: 0.5 (the default) opens at half the calls failing; 0.3 for a critical dependency, 0.7 for a relaxed one"
+            )));
+        }
+    }
+    if let Some(min) = &args.min {
+        if min.get() == 0 {
+            errors.push(min.error(
+                "`min = 0` would open the breaker on the very first failure: `min` is how many calls the window needs before the ratio means anything\n  = help: the default is 20; 10 for a critical dependency, 30 for a relaxed one",
+            ));
+        }
+    }
+    if let Some(half_open) = &args.half_open {
+        if half_open.get() == 0 {
+            errors.push(half_open.error(
+                "`half_open = 0` admits no probe, so an open breaker could never close again\n  = help: the default is 1 probe",
+            ));
+        }
+    }
+    let floors = [
+        (
+            &args.window,
+            "window",
+            Duration::from_millis(10),
+            "it is made of ten buckets of at least 1ms",
+            "60s",
+        ),
+        (
+            &args.cooldown,
+            "cooldown",
+            Duration::from_millis(1),
+            "an open breaker waits that long before it probes",
+            "30s",
+        ),
+    ];
+    for (arg, key, floor, why, default) in floors {
+        if let Some(arg) = arg {
+            if arg.get() < floor {
+                errors.push(arg.error(format!(
+                    "`{key} = \"{}\"` is shorter than {}: {why}\n  = help: the default is \"{default}\"",
+                    display(arg.get()),
+                    display(floor)
+                )));
+            }
+        }
+    }
+    if let Some(slow) = &args.slow_call {
+        let value = slow.get();
+        if value.threshold.is_zero() {
+            errors.push(slow.error(
+                "`slow_call` needs a threshold longer than zero: calls slower than it count as slow",
+            ));
+        }
+        if !(value.ratio > 0.0 && value.ratio <= 1.0) {
+            errors.push(slow.error(format!(
+                "`slow_call` ratio {} is outside (0, 1]: it is the share of slow calls that opens the breaker",
+                value.ratio
+            )));
+        }
+    }
+}
+
+/// `#[retry]` and `#[circuit_breaker]` rewrite the body to run it once per
+/// attempt: only an `async fn` has a body that can run again.
+pub(crate) fn asyncness(sig: &Signature, attribute: &str) -> syn::Result<()> {
+    if sig.asyncness.is_some() {
+        return Ok(());
+    }
+    Err(syn::Error::new(
+        sig.fn_token.span,
+        format!(
+            "`#[{attribute}]` can only be applied to an `async fn`\n  = help: write `async fn {}(…)`; a fn that returns a future cannot be protected because its body is not the operation",
+            sig.ident
+        ),
+    ))
+}
+
+/// Is `attr` the attribute `name`, written bare or through `resilience`?
+pub(crate) fn is_attribute(attr: &Attribute, name: &str) -> bool {
+    let segments: Vec<String> = attr
+        .path()
+        .segments
+        .iter()
+        .map(|segment| segment.ident.to_string())
+        .collect();
+    match segments.as_slice() {
+        [only] => only == name,
+        [krate, last] => krate == "resilience" && last == name,
+        _ => false,
+    }
+}
+
+/// The layers must nest caller → breaker → retry (SPEC §5): `#[retry]` is
+/// expanded first when it is written above `#[circuit_breaker]`, and then
+/// finds the breaker below it.
+pub(crate) fn order(item: &ItemFn) -> syn::Result<()> {
+    match item
+        .attrs
+        .iter()
+        .find(|attr| is_attribute(attr, "circuit_breaker"))
+    {
+        Some(attr) => Err(syn::Error::new_spanned(
+            attr,
+            "`#[circuit_breaker]` must be written above `#[retry]`, not below it\n  = note: the breaker must wrap the retry chain (caller → breaker → retry): it counts one logical call once, whatever the number of attempts, and when it is open no attempt runs; below `#[retry]` it would count every attempt and retry its own rejections\n  = help: move `#[circuit_breaker(…)]` above `#[retry(…)]`",
+        )),
+        None => Ok(()),
+    }
+}
+
+/// `#[tracing::instrument]` written above our attributes expands first and
+/// opens its span inside the body, so every attempt would get its own
+/// span; SPEC §7 wants one span per logical call.
+pub(crate) fn instrument_order(item: &ItemFn, attribute: &str) -> syn::Result<()> {
+    let instrumented = item.block.stmts.iter().any(|stmt| match stmt {
+        syn::Stmt::Local(local) => match &local.pat {
+            syn::Pat::Ident(ident) => ident.ident.to_string().starts_with("__tracing_attr_span"),
+            _ => false,
+        },
+        _ => false,
+    });
+    if !instrumented {
+        return Ok(());
+    }
+    Err(syn::Error::new(
+        item.sig.ident.span(),
+        format!(
+            "`#[tracing::instrument]` must be written below `#[{attribute}]`\n  = note: above it, the span is opened inside the body, so every attempt would open its own span; all attempts of one logical call belong to one span (SPEC §7)\n  = help: move `#[tracing::instrument]` below `#[{attribute}]`"
+        ),
+    ))
+}

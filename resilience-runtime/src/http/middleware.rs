@@ -1,0 +1,232 @@
+//! A `reqwest-middleware` layer applying a policy to every request of a
+//! client (cargo feature `reqwest-middleware`).
+
+use http::Extensions;
+use reqwest::{Request, Response};
+use reqwest_middleware::{Middleware, Next};
+
+use super::classify::classify_response;
+use super::error::HttpError;
+use super::request::check_retryable;
+use crate::breaker::{BreakerConfig, CircuitBreaker};
+use crate::error::Error;
+use crate::registry::Registry;
+use crate::retry::{Classify, Event, Policy, PolicyBuilder, Reason, Verdict};
+
+/// Applies a retry policy, and optionally a circuit breaker, to every
+/// request of a [`reqwest_middleware::ClientWithMiddleware`], for code that
+/// prefers one client-wide layer to an attribute on each method.
+///
+/// Layers as SPEC §5 orders them: breaker → retry → transport. The breaker
+/// counts one request once, however many attempts it took, by its final
+/// outcome; an open breaker rejects the request without sending it, as a
+/// [`reqwest_middleware::Error::Middleware`] holding
+/// [`HttpError::Resilience`] ("dependency down").
+///
+/// Each request is sent again (a copy of it, body included) while the
+/// classifier of SPEC §2 says so; the response of the last attempt is
+/// returned as is, whatever its status, so the caller sees what it would
+/// have seen without the layer. A response that leads to another attempt
+/// is dropped unread, which closes its connection.
+///
+/// A middleware hands back the response as soon as its headers arrive, so
+/// a body that breaks while the caller reads it is not retried here; to
+/// retry those too, read the body inside the attempt
+/// ([`RetriedRequest::bytes`](super::RetriedRequest::bytes) or `#[retry]`).
+///
+/// Refused before the first attempt, as a
+/// [`reqwest_middleware::Error::Middleware`] holding an [`HttpError`]: a
+/// streaming body, and a `POST` or `PATCH` without `Idempotency-Key`.
+///
+/// ```no_run
+/// use resilience_runtime::{BreakerConfig, CircuitBreaker, Policy};
+/// use resilience_runtime::http::ResilienceMiddleware;
+///
+/// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+/// let breaker = CircuitBreaker::new("user-service", BreakerConfig::new())?;
+/// let client = reqwest_middleware::ClientBuilder::new(reqwest::Client::new())
+///     .with(ResilienceMiddleware::new("user-service", Policy::http()).with_breaker(breaker))
+///     .build();
+/// let user = client.get("http://127.0.0.1:8080/users/42").send().await?;
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+pub struct ResilienceMiddleware {
+    name: &'static str,
+    policy: Policy,
+    breaker: Option<CircuitBreaker>,
+}
+
+impl ResilienceMiddleware {
+    /// A layer named `name` (in logs) that applies `policy`.
+    pub fn new(name: &'static str, policy: Policy) -> Self {
+        Self {
+            name,
+            policy,
+            breaker: None,
+        }
+    }
+
+    /// The policy and the breaker named `name` in the process-wide
+    /// [`registry`](crate::registry::global): what the config file or the
+    /// code registered for `name`, else the HTTP defaults of SPEC §1 and §5.
+    /// The breaker is the one every `#[circuit_breaker(name = ...)]` of the
+    /// same name shares.
+    pub fn named(name: &'static str) -> Self {
+        Self::from_registry(crate::registry::global(), name)
+    }
+
+    /// Like [`named`](Self::named), from `registry`.
+    pub fn from_registry(registry: &Registry, name: &'static str) -> Self {
+        Self {
+            name,
+            policy: registry.policy(name, PolicyBuilder::http()),
+            breaker: Some(registry.breaker(name, BreakerConfig::new()).clone()),
+        }
+    }
+
+    /// Puts every request behind `breaker` (a clone shares its state).
+    #[must_use]
+    pub fn with_breaker(mut self, breaker: CircuitBreaker) -> Self {
+        self.breaker = Some(breaker);
+        self
+    }
+
+    /// The breaker given to [`with_breaker`](Self::with_breaker).
+    pub fn breaker(&self) -> Option<&CircuitBreaker> {
+        self.breaker.as_ref()
+    }
+
+    /// The name given to [`new`](Self::new).
+    pub fn name(&self) -> &'static str {
+        self.name
+    }
+
+    /// The retry policy applied to each request.
+    pub fn policy(&self) -> &Policy {
+        &self.policy
+    }
+}
+
+/// The outcome of one attempt as the retry executor sees it.
+#[derive(Debug)]
+enum Attempt {
+    /// A response whose status the classifier rejects; kept unread, so that
+    /// the last one can be returned as is.
+    Response(Box<Response>),
+    Middleware(reqwest_middleware::Error),
+    Runtime(Error),
+}
+
+impl From<Error> for Attempt {
+    fn from(err: Error) -> Self {
+        Attempt::Runtime(err)
+    }
+}
+
+impl Classify for Attempt {
+    fn classify(&self) -> Verdict {
+        match self {
+            Attempt::Response(response) => classify_response(response),
+            Attempt::Middleware(reqwest_middleware::Error::Reqwest(err)) => err.classify(),
+            // Another layer's error: only it knows, so do not retry.
+            Attempt::Middleware(reqwest_middleware::Error::Middleware(err)) => err
+                .downcast_ref::<HttpError>()
+                .map_or(Verdict::Permanent, Classify::classify),
+            Attempt::Runtime(err) => err.classify(),
+        }
+    }
+
+    fn reason(&self) -> Option<Reason> {
+        match self {
+            Attempt::Response(response) => {
+                crate::retry::HttpStatus(response.status().as_u16()).reason()
+            }
+            Attempt::Middleware(reqwest_middleware::Error::Reqwest(err)) => err.reason(),
+            Attempt::Middleware(reqwest_middleware::Error::Middleware(err)) => {
+                err.downcast_ref::<HttpError>().and_then(Classify::reason)
+            }
+            Attempt::Runtime(err) => err.reason(),
+        }
+    }
+}
+
+/// One attempt's response as the retry executor and the breaker see it.
+fn judge(outcome: reqwest_middleware::Result<Response>) -> Result<Response, Attempt> {
+    match outcome {
+        Ok(response) if classify_response(&response).is_retryable() => {
+            Err(Attempt::Response(Box::new(response)))
+        }
+        Ok(response) => Ok(response),
+        Err(err) => Err(Attempt::Middleware(err)),
+    }
+}
+
+/// Back to what a middleware returns: the last response as is, whatever
+/// its status.
+fn settle(outcome: Result<Response, Attempt>) -> reqwest_middleware::Result<Response> {
+    match outcome {
+        Ok(response) => Ok(response),
+        Err(Attempt::Response(response)) => Ok(*response),
+        Err(Attempt::Middleware(err)) => Err(err),
+        Err(Attempt::Runtime(err)) => Err(reqwest_middleware::Error::middleware(
+            HttpError::Resilience(err),
+        )),
+    }
+}
+
+#[async_trait::async_trait]
+impl Middleware for ResilienceMiddleware {
+    async fn handle(
+        &self,
+        request: Request,
+        extensions: &mut Extensions,
+        next: Next<'_>,
+    ) -> reqwest_middleware::Result<Response> {
+        if self.policy.max_attempts() <= 1 {
+            // One attempt: the request is sent as is, streaming body or not.
+            let once = async { judge(next.run(request, extensions).await) };
+            return settle(match &self.breaker {
+                Some(breaker) => breaker.call(once).await,
+                None => once.await,
+            });
+        }
+        check_retryable(&request).map_err(reqwest_middleware::Error::middleware)?;
+        let name = self.name;
+        let (template, shared) = (&request, &*extensions);
+        let chain = self
+            .policy
+            .retry(|| {
+                let next = next.clone();
+                async move {
+                    let request = template.try_clone().ok_or_else(|| {
+                        // Checked by `check_retryable` above.
+                        Attempt::Middleware(reqwest_middleware::Error::middleware(
+                            HttpError::BodyNotReplayable {
+                                method: template.method().clone(),
+                                url: Box::new(template.url().clone()),
+                            },
+                        ))
+                    })?;
+                    // Each attempt gets the extensions as they came in; the
+                    // successful one's are handed back.
+                    let mut extensions = shared.clone();
+                    let response = judge(next.run(request, &mut extensions).await)?;
+                    Ok((response, extensions))
+                }
+            })
+            .notify(|event: &Event<'_, Attempt>| {
+                if let Event::Retry { attempt, delay, .. } = event {
+                    tracing::debug!(target: "resilience::http", name, attempt, ?delay, "retrying request");
+                }
+            });
+        let outcome = match &self.breaker {
+            Some(breaker) => breaker.call(chain).await,
+            None => chain.await,
+        };
+        settle(outcome.map(|(response, used)| {
+            extensions.extend(used);
+            response
+        }))
+    }
+}

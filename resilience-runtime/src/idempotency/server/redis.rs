@@ -1,0 +1,415 @@
+//! The production store: Redis, shared by every instance of a service.
+
+use std::fmt;
+use std::sync::{Arc, LazyLock};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
+use redis::Script;
+use redis::aio::ConnectionManager;
+
+use super::store::{
+    Begin, Entry, Fingerprint, IdempotencyStore, Lease, Outcome, StoreError, StoredResponse,
+};
+use crate::idempotency::IdempotencyKey;
+
+/// An [`IdempotencyStore`] in Redis, through `redis`' auto-reconnecting
+/// [`ConnectionManager`].
+///
+/// Each key is one Redis string, `idem:<key>` (the prefix is
+/// configurable), holding a small binary record:
+///
+/// - `begin` is one `SET idem:<key> <in-flight lease> NX PX <lock ttl> GET`
+///   (Redis ≥ 7.0): it takes the key, or returns what holds it, atomically;
+/// - `complete` and `release` are Lua scripts that compare the stored
+///   value with the caller's lease before replacing it (`SET … PX <ttl>`)
+///   or deleting it, so an expired lock's owner cannot clobber its
+///   successor.
+///
+/// Expiry is Redis' own: a crashed instance's locks vanish after the lock
+/// ttl, responses after the ttl.
+///
+/// ```no_run
+/// use resilience_runtime::idempotency::server::{IdempotencyLayer, RedisStore};
+///
+/// # async fn run() -> Result<(), resilience_runtime::idempotency::server::StoreError> {
+/// let store = RedisStore::connect("redis://127.0.0.1:6379/").await?;
+/// let layer = IdempotencyLayer::new(store);
+/// # drop(layer); Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct RedisStore {
+    connection: ConnectionManager,
+    prefix: Arc<str>,
+}
+
+impl RedisStore {
+    /// The key prefix of the guide: `idem:`.
+    pub const DEFAULT_PREFIX: &'static str = "idem:";
+
+    /// Connects to `url` (`redis://host:port/db`) with the connection
+    /// manager's defaults (reconnection with backoff, 500 ms response
+    /// timeout).
+    pub async fn connect(url: &str) -> Result<Self, StoreError> {
+        let client = redis::Client::open(url).map_err(backend)?;
+        let connection = ConnectionManager::new(client).await.map_err(backend)?;
+        Ok(Self::new(connection))
+    }
+
+    /// A store over an existing connection manager.
+    pub fn new(connection: ConnectionManager) -> Self {
+        Self {
+            connection,
+            prefix: Self::DEFAULT_PREFIX.into(),
+        }
+    }
+
+    /// Replaces the `idem:` prefix, e.g. to keep two services' keys apart
+    /// on one Redis: `idem:payments:`.
+    #[must_use]
+    pub fn with_prefix(mut self, prefix: impl Into<Arc<str>>) -> Self {
+        self.prefix = prefix.into();
+        self
+    }
+
+    /// The prefix in front of every key.
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    /// The Redis key of an idempotency key: the prefix, then the key.
+    pub fn redis_key(&self, key: &IdempotencyKey) -> String {
+        format!("{}{}", self.prefix, key)
+    }
+}
+
+impl fmt::Debug for RedisStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedisStore")
+            .field("prefix", &self.prefix)
+            .finish_non_exhaustive()
+    }
+}
+
+fn backend(err: redis::RedisError) -> StoreError {
+    StoreError::Backend(Box::new(err))
+}
+
+fn millis(ttl: Duration) -> u64 {
+    // `PX 0` is an error in Redis; the layer's config never passes < 1 ms.
+    u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX).max(1)
+}
+
+static COMPLETE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r"
+        if redis.call('GET', KEYS[1]) == ARGV[1] then
+            redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+            return 1
+        end
+        return 0
+        ",
+    )
+});
+
+static RELEASE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r"
+        if redis.call('GET', KEYS[1]) == ARGV[1] then
+            return redis.call('DEL', KEYS[1])
+        end
+        return 0
+        ",
+    )
+});
+
+impl IdempotencyStore for RedisStore {
+    async fn begin(
+        &self,
+        key: &IdempotencyKey,
+        lease: &Lease,
+        lock_ttl: Duration,
+    ) -> Result<Begin, StoreError> {
+        let redis_key = self.redis_key(key);
+        let previous: Option<Vec<u8>> = redis::cmd("SET")
+            .arg(&redis_key)
+            .arg(codec::in_flight(lease))
+            .arg("NX")
+            .arg("PX")
+            .arg(millis(lock_ttl))
+            .arg("GET")
+            .query_async(&mut self.connection.clone())
+            .await
+            .map_err(backend)?;
+        match previous {
+            None => Ok(Begin::Started),
+            Some(value) => codec::decode(&value)
+                .map(Begin::Existing)
+                .map_err(|reason| StoreError::Corrupt {
+                    key: redis_key,
+                    reason,
+                }),
+        }
+    }
+
+    async fn complete(
+        &self,
+        key: &IdempotencyKey,
+        lease: &Lease,
+        outcome: &Outcome,
+        ttl: Duration,
+    ) -> Result<bool, StoreError> {
+        let done: i64 = COMPLETE
+            .key(self.redis_key(key))
+            .arg(codec::in_flight(lease))
+            .arg(codec::completed(lease.fingerprint(), outcome))
+            .arg(millis(ttl))
+            .invoke_async(&mut self.connection.clone())
+            .await
+            .map_err(backend)?;
+        Ok(done == 1)
+    }
+
+    async fn release(&self, key: &IdempotencyKey, lease: &Lease) -> Result<bool, StoreError> {
+        let done: i64 = RELEASE
+            .key(self.redis_key(key))
+            .arg(codec::in_flight(lease))
+            .invoke_async(&mut self.connection.clone())
+            .await
+            .map_err(backend)?;
+        Ok(done == 1)
+    }
+}
+
+/// The binary records: a version byte, a tag, the 32-byte fingerprint,
+/// then by tag:
+///
+/// - `I` in flight: the 16-byte lease token;
+/// - `R` response: status (u16), header count (u32), each header as name
+///   length (u32), name, value length (u32), value; then the body;
+/// - `T` too large: status (u16), limit (u64);
+/// - `F` body failed: status (u16).
+///
+/// Integers are big-endian. Comparing whole in-flight records compares
+/// leases, which is what the Lua scripts rely on.
+mod codec {
+    use super::*;
+
+    const VERSION: u8 = 1;
+    const HEAD: usize = 2 + 32;
+
+    pub(super) fn in_flight(lease: &Lease) -> Vec<u8> {
+        let mut out = head(b'I', lease.fingerprint(), 16);
+        out.extend_from_slice(&lease.token().to_be_bytes());
+        out
+    }
+
+    pub(super) fn completed(fingerprint: Fingerprint, outcome: &Outcome) -> Vec<u8> {
+        match outcome {
+            Outcome::Response(response) => {
+                let headers = response.headers();
+                let size = 6
+                    + headers
+                        .iter()
+                        .map(|(n, v)| 8 + n.as_str().len() + v.len())
+                        .sum::<usize>()
+                    + response.body().len();
+                let mut out = head(b'R', fingerprint, size);
+                out.extend_from_slice(&response.status().as_u16().to_be_bytes());
+                out.extend_from_slice(&len32(headers.len()));
+                for (name, value) in headers {
+                    out.extend_from_slice(&len32(name.as_str().len()));
+                    out.extend_from_slice(name.as_str().as_bytes());
+                    out.extend_from_slice(&len32(value.len()));
+                    out.extend_from_slice(value.as_bytes());
+                }
+                out.extend_from_slice(response.body());
+                out
+            }
+            Outcome::TooLarge { status, limit } => {
+                let mut out = head(b'T', fingerprint, 10);
+                out.extend_from_slice(&status.as_u16().to_be_bytes());
+                out.extend_from_slice(&limit.to_be_bytes());
+                out
+            }
+            Outcome::BodyFailed { status } => {
+                let mut out = head(b'F', fingerprint, 2);
+                out.extend_from_slice(&status.as_u16().to_be_bytes());
+                out
+            }
+        }
+    }
+
+    /// Lengths inside a parsed `HeaderMap` are bounded far below 4 GiB.
+    fn len32(len: usize) -> [u8; 4] {
+        u32::try_from(len).unwrap_or(u32::MAX).to_be_bytes()
+    }
+
+    fn head(tag: u8, fingerprint: Fingerprint, rest: usize) -> Vec<u8> {
+        let mut out = Vec::with_capacity(HEAD + rest);
+        out.push(VERSION);
+        out.push(tag);
+        out.extend_from_slice(fingerprint.as_bytes());
+        out
+    }
+
+    pub(super) fn decode(value: &[u8]) -> Result<Entry, &'static str> {
+        let mut input = Reader(value);
+        if input.take(1)? != [VERSION] {
+            return Err("unknown record version");
+        }
+        let tag = input.take(1)?[0];
+        let fingerprint = Fingerprint::from_bytes(
+            input
+                .take(32)?
+                .try_into()
+                .map_err(|_| "truncated fingerprint")?,
+        );
+        match tag {
+            b'I' => {
+                input.take(16)?;
+                Ok(Entry::InFlight { fingerprint })
+            }
+            b'R' => {
+                let status = input.status()?;
+                let count = input.len()?;
+                let mut headers = HeaderMap::new();
+                for _ in 0..count {
+                    let len = input.len()?;
+                    let name = HeaderName::from_bytes(input.take(len)?)
+                        .map_err(|_| "invalid header name")?;
+                    let len = input.len()?;
+                    let value = HeaderValue::from_bytes(input.take(len)?)
+                        .map_err(|_| "invalid header value")?;
+                    headers.append(name, value);
+                }
+                let body = Bytes::copy_from_slice(input.0);
+                Ok(Entry::Completed {
+                    fingerprint,
+                    outcome: Outcome::Response(StoredResponse::new(status, headers, body)),
+                })
+            }
+            b'T' => {
+                let status = input.status()?;
+                let limit =
+                    u64::from_be_bytes(input.take(8)?.try_into().map_err(|_| "truncated limit")?);
+                Ok(Entry::Completed {
+                    fingerprint,
+                    outcome: Outcome::TooLarge { status, limit },
+                })
+            }
+            b'F' => Ok(Entry::Completed {
+                fingerprint,
+                outcome: Outcome::BodyFailed {
+                    status: input.status()?,
+                },
+            }),
+            _ => Err("unknown record tag"),
+        }
+    }
+
+    struct Reader<'a>(&'a [u8]);
+
+    impl<'a> Reader<'a> {
+        fn take(&mut self, n: usize) -> Result<&'a [u8], &'static str> {
+            if self.0.len() < n {
+                return Err("truncated record");
+            }
+            let (head, rest) = self.0.split_at(n);
+            self.0 = rest;
+            Ok(head)
+        }
+
+        fn u16(&mut self) -> Result<u16, &'static str> {
+            let bytes = self.take(2)?;
+            Ok(u16::from_be_bytes([bytes[0], bytes[1]]))
+        }
+
+        fn len(&mut self) -> Result<usize, &'static str> {
+            let bytes = self.take(4)?;
+            usize::try_from(u32::from_be_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]))
+                .map_err(|_| "length overflows usize")
+        }
+
+        fn status(&mut self) -> Result<StatusCode, &'static str> {
+            StatusCode::from_u16(self.u16()?).map_err(|_| "invalid status")
+        }
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+        use http::{Method, Uri, header};
+
+        fn fingerprint() -> Fingerprint {
+            Fingerprint::of(&Method::POST, &Uri::from_static("/p"), b"{}")
+        }
+
+        #[test]
+        fn records_round_trip() {
+            let lease = Lease::new(fingerprint());
+            assert_eq!(
+                decode(&in_flight(&lease)),
+                Ok(Entry::InFlight {
+                    fingerprint: fingerprint()
+                })
+            );
+            let mut headers = HeaderMap::new();
+            headers.insert(header::CONTENT_TYPE, "application/json".parse().unwrap());
+            headers.append(header::LINK, "<a>".parse().unwrap());
+            headers.append(header::LINK, "<b>".parse().unwrap());
+            for outcome in [
+                Outcome::Response(StoredResponse::new(
+                    StatusCode::CREATED,
+                    headers,
+                    Bytes::from_static(b"{\"id\":1}\0\xff"),
+                )),
+                Outcome::Response(StoredResponse::new(
+                    StatusCode::NO_CONTENT,
+                    HeaderMap::new(),
+                    Bytes::new(),
+                )),
+                Outcome::TooLarge {
+                    status: StatusCode::OK,
+                    limit: 1 << 20,
+                },
+                Outcome::BodyFailed {
+                    status: StatusCode::ACCEPTED,
+                },
+            ] {
+                assert_eq!(
+                    decode(&completed(fingerprint(), &outcome)),
+                    Ok(Entry::Completed {
+                        fingerprint: fingerprint(),
+                        outcome
+                    })
+                );
+            }
+        }
+
+        #[test]
+        fn leases_differ_in_their_records() {
+            let (a, b) = (Lease::new(fingerprint()), Lease::new(fingerprint()));
+            assert_ne!(in_flight(&a), in_flight(&b));
+        }
+
+        #[test]
+        fn garbage_is_reported_not_panicked_on() {
+            let good = completed(
+                fingerprint(),
+                &Outcome::TooLarge {
+                    status: StatusCode::OK,
+                    limit: 1,
+                },
+            );
+            for len in 0..good.len() {
+                assert!(decode(&good[..len]).is_err(), "prefix of {len} bytes");
+            }
+            assert_eq!(decode(b"\x02"), Err("unknown record version"));
+            let mut bad_tag = good.clone();
+            bad_tag[1] = b'X';
+            assert_eq!(decode(&bad_tag), Err("unknown record tag"));
+        }
+    }
+}

@@ -1,0 +1,45 @@
+//! What the circuit breaker reports: its state, trips and rejections.
+
+use super::{BREAKER_STATE, BREAKER_TRIPS_TOTAL, DEPENDENCY_ERRORS_TOTAL, Labels, emit};
+use crate::breaker::State;
+use crate::retry::Reason;
+
+/// A breaker was built: export its initial state, so the gauge exists
+/// before the first transition.
+pub(crate) fn breaker_created(labels: Labels, state: State) {
+    emit::gauge(BREAKER_STATE, labels, f64::from(state.as_gauge()));
+}
+
+/// The one report of a state change: a WARN event naming the breaker, the
+/// gauge, and a trip when a closed breaker opens on its own (an operator's
+/// `force_open` is not the dependency failing, so it is not a trip).
+pub(crate) fn breaker_transition(labels: Labels, from: State, to: State, forced: bool) {
+    tracing::warn!(
+        target: "resilience",
+        service = labels.service(),
+        breaker = labels.target(),
+        from = from.as_str(),
+        to = to.as_str(),
+        forced,
+        "circuit breaker state changed"
+    );
+    emit::gauge(BREAKER_STATE, labels, f64::from(to.as_gauge()));
+    if from == State::Closed && to == State::Open && !forced {
+        emit::increment(BREAKER_TRIPS_TOTAL, labels, &[]);
+    }
+}
+
+/// A call rejected without running: `dependency_errors_total{reason =
+/// "circuit_open"}`, once per logical call.
+pub(crate) fn breaker_rejected(labels: Labels) {
+    tracing::debug!(
+        target: "resilience",
+        breaker = labels.target(),
+        "call rejected by the circuit breaker"
+    );
+    emit::increment(
+        DEPENDENCY_ERRORS_TOTAL,
+        labels,
+        &[("reason", Reason::CircuitOpen.as_str())],
+    );
+}

@@ -1,0 +1,224 @@
+//! The one place that talks to the `metrics` facade, or compiles to nothing
+//! without the `metrics` feature.
+
+use super::Labels;
+
+#[cfg(feature = "metrics")]
+mod facade {
+    use std::cell::Cell;
+
+    use metrics::{Key, KeyName, Label, Level, Metadata, Recorder, SharedString, Unit};
+
+    use super::super::{
+        BREAKER_STATE, BREAKER_TRIPS_TOTAL, DEPENDENCY_ERRORS_TOTAL, FALLBACKS_TOTAL,
+        REQUEST_DURATION_SECONDS, RETRIES_TOTAL,
+    };
+    use super::Labels;
+
+    static METADATA: Metadata<'static> =
+        Metadata::new("resilience", Level::INFO, Some(module_path!()));
+
+    thread_local! {
+        /// Set while an observed call that found no recorder polls its
+        /// inner future, so that the attempts inside skip the lookup.
+        static QUIET: Cell<bool> = const { Cell::new(false) };
+    }
+
+    /// Marks the inner polls of a call that found no recorder, restoring
+    /// the previous mark on drop.
+    #[derive(Debug)]
+    pub(crate) struct QuietScope(Option<bool>);
+
+    impl QuietScope {
+        #[inline]
+        pub(crate) fn enter(quiet: bool) -> Self {
+            Self(quiet.then(|| QUIET.replace(true)))
+        }
+    }
+
+    impl Drop for QuietScope {
+        #[inline]
+        fn drop(&mut self) {
+            if let Some(previous) = self.0 {
+                QUIET.set(previous);
+            }
+        }
+    }
+
+    #[inline]
+    pub(crate) fn installed() -> bool {
+        metrics::with_recorder(is_real)
+    }
+
+    /// Without a recorder `metrics` hands out its `NoopRecorder`, the only
+    /// zero-sized recorder in practice (a real one holds its storage).
+    /// Telling it apart lets a call skip its clock reads and label
+    /// building, which keeps the cost without a recorder to one lookup
+    /// per call.
+    #[inline(always)]
+    fn is_real(recorder: &dyn Recorder) -> bool {
+        size_of_val(recorder) != 0
+    }
+
+    #[derive(Clone, Copy)]
+    enum Kind {
+        Counter,
+        Gauge,
+        Histogram,
+    }
+
+    /// The slow path, out of line so that the quiet one stays a flag test.
+    #[inline(never)]
+    fn record(
+        kind: Kind,
+        name: &'static str,
+        labels: Labels,
+        extra: &[(&'static str, &'static str)],
+        value: f64,
+    ) {
+        metrics::with_recorder(|r| {
+            if !is_real(r) {
+                return;
+            }
+            let mut all = Vec::with_capacity(2 + extra.len());
+            all.push(Label::from_static_parts("service", labels.service()));
+            all.push(Label::from_static_parts("target", labels.target()));
+            all.extend(
+                extra
+                    .iter()
+                    .map(|&(key, value)| Label::from_static_parts(key, value)),
+            );
+            let key = Key::from_parts(KeyName::from_const_str(name), all);
+            match kind {
+                Kind::Counter => r.register_counter(&key, &METADATA).increment(1),
+                Kind::Gauge => r.register_gauge(&key, &METADATA).set(value),
+                Kind::Histogram => r.register_histogram(&key, &METADATA).record(value),
+            }
+        })
+    }
+
+    #[inline(always)]
+    pub(crate) fn increment(
+        name: &'static str,
+        labels: Labels,
+        extra: &[(&'static str, &'static str)],
+    ) {
+        if !QUIET.get() {
+            record(Kind::Counter, name, labels, extra, 1.0)
+        }
+    }
+
+    #[inline(always)]
+    pub(crate) fn gauge(name: &'static str, labels: Labels, value: f64) {
+        if !QUIET.get() {
+            record(Kind::Gauge, name, labels, &[], value)
+        }
+    }
+
+    #[inline(always)]
+    pub(crate) fn histogram(
+        name: &'static str,
+        labels: Labels,
+        extra: &[(&'static str, &'static str)],
+        value: f64,
+    ) {
+        if !QUIET.get() {
+            record(Kind::Histogram, name, labels, extra, value)
+        }
+    }
+
+    pub(crate) fn describe() {
+        let describe = |r: &dyn Recorder| {
+            let text = |s: &'static str| SharedString::const_str(s);
+            let name = KeyName::from_const_str;
+            r.describe_counter(
+                name(RETRIES_TOTAL),
+                Some(Unit::Count),
+                text("Attempts of protected calls, by attempt number and result (success, retry, exhausted)."),
+            );
+            r.describe_histogram(
+                name(REQUEST_DURATION_SECONDS),
+                Some(Unit::Seconds),
+                text("Wall time of whole logical calls, retries and pauses included, by final status."),
+            );
+            r.describe_gauge(
+                name(BREAKER_STATE),
+                None,
+                text("Circuit breaker state: 0 closed, 1 half-open, 2 open."),
+            );
+            r.describe_counter(
+                name(BREAKER_TRIPS_TOTAL),
+                Some(Unit::Count),
+                text("Circuit breaker transitions from closed to open."),
+            );
+            r.describe_counter(
+                name(DEPENDENCY_ERRORS_TOTAL),
+                Some(Unit::Count),
+                text("Failures that are the dependency's fault, by reason (timeout, 5xx, circuit_open, network)."),
+            );
+            r.describe_counter(
+                name(FALLBACKS_TOTAL),
+                Some(Unit::Count),
+                text("Calls answered by a fallback, by kind (stale, partial, fail_fast)."),
+            );
+        };
+        metrics::with_recorder(|r| {
+            if is_real(r) {
+                describe(r)
+            }
+        })
+    }
+}
+
+#[cfg(not(feature = "metrics"))]
+mod facade {
+    use super::Labels;
+
+    #[derive(Debug)]
+    pub(crate) struct QuietScope;
+
+    impl QuietScope {
+        #[inline(always)]
+        pub(crate) fn enter(_: bool) -> Self {
+            Self
+        }
+    }
+
+    #[inline(always)]
+    pub(crate) fn installed() -> bool {
+        false
+    }
+    #[inline(always)]
+    pub(crate) fn increment(_: &'static str, _: Labels, _: &[(&'static str, &'static str)]) {}
+    #[inline(always)]
+    pub(crate) fn gauge(_: &'static str, _: Labels, _: f64) {}
+    #[inline(always)]
+    pub(crate) fn histogram(
+        _: &'static str,
+        _: Labels,
+        _: &[(&'static str, &'static str)],
+        _: f64,
+    ) {
+    }
+    pub(crate) fn describe() {}
+}
+
+pub(crate) use facade::{QuietScope, gauge, histogram, increment};
+
+/// `true` when a `metrics` recorder is in scope for this thread (a local
+/// one, or the global one), so that the calls made here are recorded.
+///
+/// Always `false` without the `metrics` cargo feature. A zero-sized
+/// recorder type is taken for the facade's no-op recorder: wrap such a
+/// recorder in a struct with a field.
+#[inline]
+pub fn recorder_installed() -> bool {
+    facade::installed()
+}
+
+/// Describes every metric of this module (unit and help text) to the
+/// recorder in scope. Call it once, after installing the recorder; the
+/// metrics are recorded whether or not it is called.
+pub fn describe() {
+    facade::describe()
+}

@@ -1,0 +1,124 @@
+//! Metrics and traces of protected calls, exactly as SPEC §7 names them.
+//!
+//! # Metrics
+//!
+//! Emitted through the [`metrics`](https://docs.rs/metrics) facade, so the
+//! application chooses the exporter (Prometheus, StatsD, OpenTelemetry…)
+//! by installing a recorder; without one nothing is recorded and each
+//! emission costs one check (see `BENCHMARKS.md`, *Observability*). The
+//! `metrics` cargo feature (on by default) compiles them out entirely.
+//!
+//! | metric | kind | labels |
+//! |---|---|---|
+//! | [`http_client_retries_total`](RETRIES_TOTAL) | counter | `service`, `target`, `attempt`, `result` |
+//! | [`http_client_request_duration_seconds`](REQUEST_DURATION_SECONDS) | histogram | `service`, `target`, `status` |
+//! | [`circuit_breaker_state`](BREAKER_STATE) | gauge: 0 closed, 1 half-open, 2 open | `service`, `target` |
+//! | [`circuit_breaker_trips_total`](BREAKER_TRIPS_TOTAL) | counter: closed → open | `service`, `target` |
+//! | [`dependency_errors_total`](DEPENDENCY_ERRORS_TOTAL) | counter | `service`, `target`, `reason` |
+//! | [`http_client_fallbacks_total`](FALLBACKS_TOTAL) | counter | `service`, `target`, `kind` |
+//!
+//! Every label value comes from a closed set or from names fixed at startup,
+//! so the number of series stays bounded: no error message, id or URL ever
+//! becomes a label.
+//!
+//! - `service`: this application, from its startup configuration; `target`:
+//!   the breaker or policy name ([`Labels`]).
+//! - `attempt`: `1` … `9`, then `10+` ([`attempt_label`]).
+//! - `result` ([`AttemptResult`]): `success`, `retry` or `exhausted`, one
+//!   sample per attempt. A chain that stops on a *permanent* error (a 404,
+//!   a validation error) records no sample here: it is neither a retry nor
+//!   an exhausted budget, and counting it as `exhausted` would page people
+//!   for their callers' bad requests. It shows in the duration histogram
+//!   with its `status`, and in `dependency_errors_total` when the error is
+//!   the dependency's fault (a `501`).
+//! - `status` ([`Status`]): `ok`, `error`, `timeout`, `5xx`, `network`,
+//!   `circuit_open`, `cancelled`.
+//! - `reason` ([`Reason`](crate::retry::Reason)): `timeout`, `5xx`,
+//!   `circuit_open`, `network`, from [`Classify::reason`](crate::Classify::reason).
+//!
+//! `http_client_request_duration_seconds` is a histogram in the `metrics`
+//! sense; Prometheus exporters render it as a summary unless told the
+//! buckets, so configure [`DURATION_BUCKETS`]:
+//!
+//! ```
+//! use metrics_exporter_prometheus::{Matcher, PrometheusBuilder};
+//! use resilience_runtime::telemetry;
+//!
+//! let recorder = PrometheusBuilder::new()
+//!     .set_buckets_for_metric(
+//!         Matcher::Full(telemetry::REQUEST_DURATION_SECONDS.into()),
+//!         telemetry::DURATION_BUCKETS,
+//!     )?
+//!     .build_recorder();
+//! # let _ = recorder;
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! # Traces
+//!
+//! A logical call runs in one `resilience.call` span at INFO ([`observe`]),
+//! with the fields `service`, `target`, `otel.kind = "client"`, and, once it
+//! finishes, `status` and `otel.status_code`. Inside it, each attempt is an
+//! event ([`RetryMetrics`]): DEBUG for a success, INFO for a failure that
+//! will be retried (with `attempt`, `delay_ms`, `verdict` and `reason`, so
+//! the pause is in the trace too), WARN when the chain gives up on a
+//! transient error, DEBUG when it stops on a permanent one. Breaker state
+//! changes are WARN events with `breaker`, `from` and `to`.
+//!
+//! ## With OpenTelemetry
+//!
+//! Nothing to change: add `tracing_opentelemetry::layer()` to the
+//! subscriber as usual. The span becomes an OpenTelemetry span of kind
+//! `client` named `resilience.call`, its events become span events (so Tempo
+//! or Jaeger show the chain of attempts of one request, SPEC §7), and
+//! `otel.status_code` marks failed calls. An HTTP client instrumented
+//! with its own spans (e.g. `reqwest-tracing`) nests one span per attempt
+//! under it, since every attempt is polled inside the call's span.
+//!
+//! ```text
+//! tracing_subscriber::registry()
+//!     .with(tracing_opentelemetry::layer().with_tracer(tracer))
+//!     .with(tracing_subscriber::fmt::layer())
+//!     .init();
+//! ```
+
+mod breaker;
+mod call;
+mod emit;
+mod labels;
+mod retries;
+#[cfg(all(test, feature = "metrics"))]
+mod tests;
+
+pub(crate) use breaker::{breaker_created, breaker_rejected, breaker_transition};
+pub use call::{CallScope, Entered, Observed, observe};
+pub use emit::{describe, recorder_installed};
+pub use labels::{AttemptResult, Fallback, Labels, Status, attempt_label, fallback};
+pub use retries::RetryMetrics;
+
+/// `http_client_retries_total{service,target,attempt,result}`: a counter, one
+/// sample per attempt.
+pub const RETRIES_TOTAL: &str = "http_client_retries_total";
+/// `http_client_request_duration_seconds{service,target,status}`: a
+/// histogram of the wall time of a whole logical call, from the start of
+/// its first attempt to its outcome, pauses included.
+pub const REQUEST_DURATION_SECONDS: &str = "http_client_request_duration_seconds";
+/// `circuit_breaker_state{service,target}`: a gauge, 0 closed, 1 half-open,
+/// 2 open.
+pub const BREAKER_STATE: &str = "circuit_breaker_state";
+/// `circuit_breaker_trips_total{service,target}`: a counter of closed → open
+/// transitions.
+pub const BREAKER_TRIPS_TOTAL: &str = "circuit_breaker_trips_total";
+/// `dependency_errors_total{service,target,reason}`: a counter of failed
+/// attempts and rejected calls that are the dependency's fault.
+pub const DEPENDENCY_ERRORS_TOTAL: &str = "dependency_errors_total";
+/// `http_client_fallbacks_total{service,target,kind}`: a counter of calls
+/// answered by a fallback (SPEC §6).
+pub const FALLBACKS_TOTAL: &str = "http_client_fallbacks_total";
+
+/// Histogram buckets for [`REQUEST_DURATION_SECONDS`], in seconds: from a
+/// fast local answer (5 ms) to a whole retry budget (SPEC §1: ≤ 5 s, up to
+/// 6 s with the last attempt) and beyond.
+pub const DURATION_BUCKETS: &[f64] = &[
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+];

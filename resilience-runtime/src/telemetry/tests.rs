@@ -1,0 +1,623 @@
+//! The metrics of each scenario, read back from `metrics-util`'s debugging
+//! recorder installed for the test's thread only.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::pin::pin;
+use std::task::{Context, Poll, Waker};
+use std::time::Duration;
+
+use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
+
+use super::*;
+use crate::retry::{Classify, HttpStatus, Policy, Reason, Verdict};
+use crate::{DependencyDown, Error, deadline};
+
+const USER: Labels = Labels::new("checkout", "user");
+
+/// A test's error: an HTTP status or the runtime's own error.
+#[derive(Debug)]
+enum Failed {
+    Status(u16),
+    Runtime(Error),
+}
+
+impl From<Error> for Failed {
+    fn from(error: Error) -> Self {
+        Failed::Runtime(error)
+    }
+}
+
+impl Classify for Failed {
+    fn classify(&self) -> Verdict {
+        match self {
+            Failed::Status(code) => HttpStatus(*code).classify(),
+            Failed::Runtime(error) => error.classify(),
+        }
+    }
+    fn reason(&self) -> Option<Reason> {
+        match self {
+            Failed::Status(code) => HttpStatus(*code).reason(),
+            Failed::Runtime(error) => error.reason(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+enum Value {
+    Counter(u64),
+    Gauge(f64),
+    Histogram(Vec<f64>),
+}
+
+/// Every series as `name{label="value",…}` (labels sorted) → its value
+/// since the previous read.
+fn read(snapshotter: &Snapshotter) -> BTreeMap<String, Value> {
+    snapshotter
+        .snapshot()
+        .into_vec()
+        .into_iter()
+        .map(|(key, _, _, value)| {
+            let key = key.key();
+            let mut labels: Vec<_> = key
+                .labels()
+                .map(|l| format!("{}=\"{}\"", l.key(), l.value()))
+                .collect();
+            labels.sort();
+            let value = match value {
+                DebugValue::Counter(n) => Value::Counter(n),
+                DebugValue::Gauge(v) => Value::Gauge(v.into_inner()),
+                DebugValue::Histogram(vs) => {
+                    Value::Histogram(vs.into_iter().map(|v| v.into_inner()).collect())
+                }
+            };
+            (format!("{}{{{}}}", key.name(), labels.join(",")), value)
+        })
+        .collect()
+}
+
+fn series(entries: &[(&str, Value)]) -> BTreeMap<String, Value> {
+    entries
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), v.clone()))
+        .collect()
+}
+
+/// Runs one observed call whose attempts answer `statuses` in turn (200 is
+/// a success), returning its result.
+async fn call(statuses: &[u16]) -> Result<u16, Failed> {
+    let mut statuses = statuses.iter().copied();
+    observe(
+        USER,
+        Policy::http()
+            .retry(move || {
+                let status = statuses.next().unwrap_or(200);
+                async move {
+                    match status {
+                        200 => Ok(status),
+                        failed => Err(Failed::Status(failed)),
+                    }
+                }
+            })
+            .notify_with(RetryMetrics::new(USER)),
+    )
+    .await
+}
+
+fn retries(attempt: &str, result: &str) -> String {
+    format!(
+        "http_client_retries_total{{attempt=\"{attempt}\",result=\"{result}\",service=\"checkout\",target=\"user\"}}"
+    )
+}
+
+fn errors(reason: &str) -> String {
+    format!("dependency_errors_total{{reason=\"{reason}\",service=\"checkout\",target=\"user\"}}")
+}
+
+fn duration(status: &str) -> String {
+    format!(
+        "http_client_request_duration_seconds{{service=\"checkout\",status=\"{status}\",target=\"user\"}}"
+    )
+}
+
+/// The duration of the only sample of the histogram for `status`.
+fn single_duration(read: &BTreeMap<String, Value>, status: &str) -> f64 {
+    match read.get(&duration(status)) {
+        Some(Value::Histogram(values)) if values.len() == 1 => values[0],
+        other => panic!("expected one duration for {status}, got {other:?} in {read:#?}"),
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn two_502_then_200_is_two_retries_and_a_success() {
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    let _local = metrics::set_default_local_recorder(&recorder);
+    assert!(recorder_installed());
+
+    assert_eq!(call(&[502, 502, 200]).await.unwrap(), 200);
+
+    let mut read = read(&snapshotter);
+    let elapsed = single_duration(&read, "ok");
+    // Two pauses, 100 ms and 200 ms ±25 %, on the paused clock.
+    assert!((0.225..=0.375).contains(&elapsed), "{elapsed}");
+    read.remove(&duration("ok"));
+    assert_eq!(
+        read,
+        series(&[
+            (&retries("1", "retry"), Value::Counter(1)),
+            (&retries("2", "retry"), Value::Counter(1)),
+            (&retries("3", "success"), Value::Counter(1)),
+            (&errors("5xx"), Value::Counter(2)),
+        ])
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn three_502_is_exhausted_at_the_third_attempt() {
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    let _local = metrics::set_default_local_recorder(&recorder);
+
+    assert!(matches!(
+        call(&[502, 503, 504]).await,
+        Err(Failed::Status(504))
+    ));
+
+    let mut read = read(&snapshotter);
+    single_duration(&read, "5xx");
+    read.remove(&duration("5xx"));
+    assert_eq!(
+        read,
+        series(&[
+            (&retries("1", "retry"), Value::Counter(1)),
+            (&retries("2", "retry"), Value::Counter(1)),
+            (&retries("3", "exhausted"), Value::Counter(1)),
+            (&errors("5xx"), Value::Counter(3)),
+        ])
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_permanent_error_is_no_retry_and_no_dependency_error() {
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    let _local = metrics::set_default_local_recorder(&recorder);
+
+    assert!(matches!(call(&[503, 404]).await, Err(Failed::Status(404))));
+
+    let mut read = read(&snapshotter);
+    single_duration(&read, "error");
+    read.remove(&duration("error"));
+    assert_eq!(
+        read,
+        series(&[
+            (&retries("1", "retry"), Value::Counter(1)),
+            (&errors("5xx"), Value::Counter(1)),
+        ])
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_permanent_server_error_is_still_the_dependencys_fault() {
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    let _local = metrics::set_default_local_recorder(&recorder);
+
+    assert!(matches!(call(&[501]).await, Err(Failed::Status(501))));
+
+    let mut read = read(&snapshotter);
+    single_duration(&read, "5xx");
+    read.remove(&duration("5xx"));
+    assert_eq!(read, series(&[(&errors("5xx"), Value::Counter(1))]));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_deadline_passed_before_the_first_attempt_exhausts_attempt_one() {
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    let _local = metrics::set_default_local_recorder(&recorder);
+
+    let result = deadline::with_timeout(Duration::ZERO, call(&[200])).await;
+    assert!(matches!(
+        result,
+        Err(Failed::Runtime(Error::DeadlineExceeded))
+    ));
+
+    let mut read = read(&snapshotter);
+    assert_eq!(single_duration(&read, "timeout"), 0.0);
+    read.remove(&duration("timeout"));
+    // The dependency was never called: no dependency error.
+    assert_eq!(
+        read,
+        series(&[(&retries("1", "exhausted"), Value::Counter(1))])
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_deadline_that_cuts_the_pause_short_exhausts_the_failed_attempt() {
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    let _local = metrics::set_default_local_recorder(&recorder);
+
+    // The first pause (≥ 75 ms) does not fit in 50 ms.
+    let result = deadline::with_timeout(Duration::from_millis(50), call(&[502, 200])).await;
+    assert!(matches!(
+        result,
+        Err(Failed::Runtime(Error::DeadlineExceeded))
+    ));
+
+    let mut read = read(&snapshotter);
+    single_duration(&read, "timeout");
+    read.remove(&duration("timeout"));
+    assert_eq!(
+        read,
+        series(&[
+            (&retries("1", "exhausted"), Value::Counter(1)),
+            (&errors("5xx"), Value::Counter(1)),
+        ])
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_dropped_call_is_cancelled_with_its_wall_time() {
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    let _local = metrics::set_default_local_recorder(&recorder);
+
+    let slow = observe(USER, async {
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        Ok::<_, Failed>(())
+    });
+    let outcome = tokio::time::timeout(Duration::from_millis(1500), slow).await;
+    assert!(outcome.is_err());
+
+    let read = read(&snapshotter);
+    assert_eq!(
+        read,
+        series(&[(&duration("cancelled"), Value::Histogram(vec![1.5]))])
+    );
+}
+
+#[test]
+fn a_call_never_polled_records_nothing() {
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    let _local = metrics::set_default_local_recorder(&recorder);
+
+    drop(observe(USER, async { Ok::<_, Failed>(()) }));
+    assert_eq!(read(&snapshotter), BTreeMap::new());
+}
+
+#[test]
+fn without_a_recorder_nothing_is_recorded_and_nothing_breaks() {
+    assert!(!recorder_installed());
+    let mut cx = Context::from_waker(Waker::noop());
+    let mut fut = pin!(observe(USER, async { Ok::<_, Failed>(7) }));
+    assert!(matches!(fut.as_mut().poll(&mut cx), Poll::Ready(Ok(7))));
+}
+
+#[test]
+fn the_no_op_recorder_is_zero_sized() {
+    // `recorder_installed` tells the facade's no-op recorder apart by size.
+    assert_eq!(size_of::<metrics::NoopRecorder>(), 0);
+    assert!(size_of::<DebuggingRecorder>() > 0);
+    assert!(size_of::<metrics_exporter_prometheus::PrometheusRecorder>() > 0);
+}
+
+#[test]
+fn breaker_transitions_set_the_gauge_and_count_trips() {
+    use crate::breaker::State::*;
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    let _local = metrics::set_default_local_recorder(&recorder);
+    let state = "circuit_breaker_state{service=\"checkout\",target=\"user\"}";
+    let trips = "circuit_breaker_trips_total{service=\"checkout\",target=\"user\"}";
+
+    breaker_created(USER, Closed);
+    assert_eq!(read(&snapshotter), series(&[(state, Value::Gauge(0.0))]));
+
+    breaker_transition(USER, Closed, Open, false);
+    assert_eq!(
+        read(&snapshotter),
+        series(&[(state, Value::Gauge(2.0)), (trips, Value::Counter(1))])
+    );
+
+    // A failed probe reopens the breaker: not a new trip.
+    breaker_transition(USER, Open, HalfOpen, false);
+    breaker_transition(USER, HalfOpen, Open, false);
+    assert_eq!(
+        read(&snapshotter),
+        series(&[(state, Value::Gauge(2.0)), (trips, Value::Counter(0))])
+    );
+
+    breaker_transition(USER, Open, HalfOpen, false);
+    assert_eq!(read(&snapshotter)[state], Value::Gauge(1.0));
+    breaker_transition(USER, HalfOpen, Closed, false);
+    assert_eq!(read(&snapshotter)[state], Value::Gauge(0.0));
+
+    // An operator's `force_open` is not a trip.
+    breaker_transition(USER, Closed, Open, true);
+    assert_eq!(
+        read(&snapshotter),
+        series(&[(state, Value::Gauge(2.0)), (trips, Value::Counter(0))])
+    );
+}
+
+#[test]
+fn a_rejected_call_is_one_circuit_open_error() {
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    let _local = metrics::set_default_local_recorder(&recorder);
+
+    breaker_rejected(USER);
+    assert_eq!(
+        read(&snapshotter),
+        series(&[(&errors("circuit_open"), Value::Counter(1))])
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn retry_metrics_leave_rejections_to_the_breaker() {
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    let _local = metrics::set_default_local_recorder(&recorder);
+
+    let result = Policy::http()
+        .retry(|| async {
+            Err::<(), _>(Failed::Runtime(DependencyDown::new("user", "open").into()))
+        })
+        .notify_with(RetryMetrics::new(USER))
+        .await;
+    assert!(result.is_err());
+    assert_eq!(read(&snapshotter), BTreeMap::new());
+}
+
+#[test]
+fn fallbacks_are_counted_by_kind() {
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    let _local = metrics::set_default_local_recorder(&recorder);
+
+    fallback(USER, Fallback::Stale);
+    fallback(USER, Fallback::Stale);
+    fallback(USER, Fallback::FailFast);
+    assert_eq!(
+        read(&snapshotter),
+        series(&[
+            (
+                "http_client_fallbacks_total{kind=\"fail_fast\",service=\"checkout\",target=\"user\"}",
+                Value::Counter(1)
+            ),
+            (
+                "http_client_fallbacks_total{kind=\"stale\",service=\"checkout\",target=\"user\"}",
+                Value::Counter(2)
+            ),
+        ])
+    );
+}
+
+#[test]
+fn describe_gives_units_and_help() {
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    let _local = metrics::set_default_local_recorder(&recorder);
+
+    describe();
+    breaker_rejected(USER);
+    let snapshot = snapshotter.snapshot().into_vec();
+    let (_, unit, help, _) = &snapshot[0];
+    assert_eq!(*unit, Some(metrics::Unit::Count));
+    assert!(help.as_deref().is_some_and(|h| h.contains("reason")));
+}
+
+/// A minimal `tracing` subscriber that keeps, for every event, its level,
+/// message and the span it happened in.
+mod traces {
+    use std::sync::{Arc, Mutex};
+
+    use tracing::field::{Field, Visit};
+    use tracing::span::{Attributes, Id, Record};
+    use tracing::{Event, Level, Metadata, Subscriber};
+
+    #[derive(Debug, Clone, PartialEq)]
+    pub(super) struct Seen {
+        pub(super) level: Level,
+        pub(super) message: String,
+        /// The fields other than the message, as `name=value`.
+        pub(super) fields: Vec<String>,
+        /// The id of the span the event happened in.
+        pub(super) span: Option<u64>,
+    }
+
+    #[derive(Debug, Default)]
+    struct State {
+        spans: Vec<(String, Vec<String>)>,
+        stack: Vec<u64>,
+        events: Vec<Seen>,
+    }
+
+    #[derive(Debug, Clone, Default)]
+    pub(super) struct Collector(Arc<Mutex<State>>);
+
+    #[derive(Default)]
+    struct Fields {
+        message: String,
+        others: Vec<String>,
+    }
+
+    impl Visit for Fields {
+        fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
+            if field.name() == "message" {
+                self.message = format!("{value:?}");
+            } else {
+                self.others.push(format!("{}={value:?}", field.name()));
+            }
+        }
+        fn record_str(&mut self, field: &Field, value: &str) {
+            self.others.push(format!("{}={value}", field.name()));
+        }
+    }
+
+    impl Collector {
+        pub(super) fn events(&self) -> Vec<Seen> {
+            self.0.lock().unwrap().events.clone()
+        }
+        /// The name and the fields (as recorded so far) of span `id`.
+        pub(super) fn span(&self, id: u64) -> (String, Vec<String>) {
+            self.0.lock().unwrap().spans[id as usize - 1].clone()
+        }
+        pub(super) fn span_count(&self) -> usize {
+            self.0.lock().unwrap().spans.len()
+        }
+    }
+
+    impl Subscriber for Collector {
+        fn enabled(&self, _: &Metadata<'_>) -> bool {
+            true
+        }
+        fn new_span(&self, span: &Attributes<'_>) -> Id {
+            let mut fields = Fields::default();
+            span.record(&mut fields);
+            let mut state = self.0.lock().unwrap();
+            state
+                .spans
+                .push((span.metadata().name().to_owned(), fields.others));
+            Id::from_u64(state.spans.len() as u64)
+        }
+        fn record(&self, span: &Id, values: &Record<'_>) {
+            let mut fields = Fields::default();
+            values.record(&mut fields);
+            let mut state = self.0.lock().unwrap();
+            state.spans[span.into_u64() as usize - 1]
+                .1
+                .extend(fields.others);
+        }
+        fn record_follows_from(&self, _: &Id, _: &Id) {}
+        fn event(&self, event: &Event<'_>) {
+            let mut fields = Fields::default();
+            event.record(&mut fields);
+            let mut state = self.0.lock().unwrap();
+            let span = state.stack.last().copied();
+            state.events.push(Seen {
+                level: *event.metadata().level(),
+                message: fields.message,
+                fields: fields.others,
+                span,
+            });
+        }
+        fn enter(&self, span: &Id) {
+            self.0.lock().unwrap().stack.push(span.into_u64());
+        }
+        fn exit(&self, _: &Id) {
+            self.0.lock().unwrap().stack.pop();
+        }
+    }
+}
+
+/// Runs `fut` on a paused current-thread runtime with `collector` as the
+/// thread's subscriber.
+fn traced<F: Future>(collector: &traces::Collector, fut: F) -> F::Output {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .start_paused(true)
+        .build()
+        .unwrap();
+    tracing::subscriber::with_default(collector.clone(), || runtime.block_on(fut))
+}
+
+#[test]
+fn every_attempt_and_pause_is_an_event_in_the_calls_span() {
+    use tracing::Level;
+    let collector = traces::Collector::default();
+    let result = traced(&collector, call(&[502, 503, 200]));
+    assert_eq!(result.unwrap(), 200);
+
+    assert_eq!(collector.span_count(), 1, "one span per logical call");
+    let (name, fields) = collector.span(1);
+    assert_eq!(name, "resilience.call");
+    for field in [
+        "service=checkout",
+        "target=user",
+        "otel.kind=client",
+        "status=ok",
+        "otel.status_code=OK",
+    ] {
+        assert!(fields.iter().any(|f| f == field), "{field} in {fields:?}");
+    }
+
+    let events = collector.events();
+    let summary: Vec<_> = events
+        .iter()
+        .map(|e| (e.level, e.message.as_str(), e.span))
+        .collect();
+    assert_eq!(
+        summary,
+        [
+            (
+                Level::INFO,
+                "attempt failed, retrying after a pause",
+                Some(1)
+            ),
+            (
+                Level::INFO,
+                "attempt failed, retrying after a pause",
+                Some(1)
+            ),
+            (Level::DEBUG, "attempt succeeded", Some(1)),
+        ]
+    );
+    let first = &events[0].fields;
+    assert!(first.contains(&"attempt=1".to_owned()), "{first:?}");
+    assert!(first.contains(&"verdict=transient".to_owned()), "{first:?}");
+    assert!(first.contains(&"reason=5xx".to_owned()), "{first:?}");
+    assert!(
+        first.iter().any(|f| f.starts_with("delay_ms=")),
+        "the pause is in the event: {first:?}"
+    );
+    assert!(events[2].fields.contains(&"attempt=3".to_owned()));
+}
+
+#[test]
+fn an_exhausted_chain_warns_and_marks_its_span_as_an_error() {
+    use tracing::Level;
+    let collector = traces::Collector::default();
+    assert!(traced(&collector, call(&[502, 502, 502])).is_err());
+
+    let (_, fields) = collector.span(1);
+    assert!(fields.contains(&"status=5xx".to_owned()), "{fields:?}");
+    assert!(
+        fields.contains(&"otel.status_code=ERROR".to_owned()),
+        "{fields:?}"
+    );
+    let last = collector.events().pop().unwrap();
+    assert_eq!(
+        (last.level, last.message.as_str()),
+        (Level::WARN, "giving up")
+    );
+    assert!(last.fields.contains(&"give_up=exhausted".to_owned()));
+}
+
+#[test]
+fn breaker_state_changes_are_warnings_naming_the_breaker() {
+    use tracing::Level;
+    let collector = traces::Collector::default();
+    tracing::subscriber::with_default(collector.clone(), || {
+        breaker_transition(
+            USER,
+            crate::breaker::State::Closed,
+            crate::breaker::State::Open,
+            false,
+        )
+    });
+    let events = collector.events();
+    assert_eq!(events.len(), 1);
+    assert_eq!(events[0].level, Level::WARN);
+    for field in ["breaker=user", "from=closed", "to=open", "forced=false"] {
+        assert!(
+            events[0].fields.contains(&field.to_owned()),
+            "{field} in {:?}",
+            events[0].fields
+        );
+    }
+}

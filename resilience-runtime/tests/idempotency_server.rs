@@ -1,0 +1,592 @@
+//! The idempotency layer in front of a real axum router.
+//!
+//! `cargo test -p resilience-runtime --features idempotency-server`
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::{HeaderMap, Method, Request, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use bytes::Bytes;
+use http_body_util::BodyExt;
+use resilience_runtime::IdempotencyKey;
+use resilience_runtime::idempotency::server::{
+    Entry, IdempotencyConfig, IdempotencyLayer, MemoryStore,
+};
+use tokio::sync::{Semaphore, mpsc};
+use tower::ServiceExt;
+
+#[derive(Clone)]
+struct Handlers {
+    calls: Arc<AtomicUsize>,
+    /// Statuses `/flaky` answers, in order; 201 once exhausted.
+    script: Arc<Mutex<VecDeque<u16>>>,
+    /// `/slow` reports its start here, then waits for a permit.
+    started: mpsc::UnboundedSender<()>,
+    gate: Arc<Semaphore>,
+}
+
+struct Harness {
+    app: Router,
+    store: Arc<MemoryStore>,
+    calls: Arc<AtomicUsize>,
+    started: mpsc::UnboundedReceiver<()>,
+    gate: Arc<Semaphore>,
+}
+
+impl Harness {
+    fn new() -> Self {
+        Self::with(IdempotencyConfig::default(), MemoryStore::default(), [])
+    }
+
+    fn with(
+        config: IdempotencyConfig,
+        store: MemoryStore,
+        script: impl IntoIterator<Item = u16>,
+    ) -> Self {
+        let (tx, started) = mpsc::unbounded_channel();
+        let handlers = Handlers {
+            calls: Arc::default(),
+            script: Arc::new(Mutex::new(script.into_iter().collect())),
+            started: tx,
+            gate: Arc::new(Semaphore::new(0)),
+        };
+        let store = Arc::new(store);
+        let app = Router::new()
+            .route(
+                "/payments",
+                post(create_payment)
+                    .patch(create_payment)
+                    .get(list)
+                    .put(list)
+                    .delete(list),
+            )
+            .route("/flaky", post(flaky))
+            .route("/slow", post(slow))
+            .route("/big", post(big))
+            .route("/broken", post(broken))
+            .with_state(handlers.clone())
+            .layer(IdempotencyLayer::with_config(Arc::clone(&store), config));
+        Self {
+            app,
+            store,
+            calls: handlers.calls,
+            started,
+            gate: handlers.gate,
+        }
+    }
+
+    fn calls(&self) -> usize {
+        self.calls.load(Ordering::SeqCst)
+    }
+
+    async fn send(&self, request: Request<Body>) -> Reply {
+        Reply::read(self.app.clone().oneshot(request).await.unwrap()).await
+    }
+}
+
+async fn create_payment(State(h): State<Handlers>, body: Bytes) -> Response {
+    let n = h.calls.fetch_add(1, Ordering::SeqCst) + 1;
+    let mut headers = HeaderMap::new();
+    headers.insert(header::CONTENT_TYPE, "application/json".parse().unwrap());
+    headers.insert(header::LOCATION, format!("/payments/{n}").parse().unwrap());
+    headers.insert(header::SET_COOKIE, "session=secret".parse().unwrap());
+    headers.insert("x-request-number", n.to_string().parse().unwrap());
+    let body = format!(
+        r#"{{"payment":{n},"request":{}}}"#,
+        String::from_utf8_lossy(&body)
+    );
+    (StatusCode::CREATED, headers, body).into_response()
+}
+
+async fn list(State(h): State<Handlers>) -> &'static str {
+    h.calls.fetch_add(1, Ordering::SeqCst);
+    "[]"
+}
+
+async fn flaky(State(h): State<Handlers>) -> Response {
+    let n = h.calls.fetch_add(1, Ordering::SeqCst) + 1;
+    let status = h.script.lock().unwrap().pop_front().unwrap_or(201);
+    (StatusCode::from_u16(status).unwrap(), format!("answer {n}")).into_response()
+}
+
+async fn slow(State(h): State<Handlers>) -> String {
+    let n = h.calls.fetch_add(1, Ordering::SeqCst) + 1;
+    h.started.send(()).unwrap();
+    h.gate.acquire().await.unwrap().forget();
+    format!("slow {n}")
+}
+
+async fn big(State(h): State<Handlers>) -> Vec<u8> {
+    h.calls.fetch_add(1, Ordering::SeqCst);
+    vec![b'x'; 100]
+}
+
+/// A `201` whose body sends one chunk, then fails.
+async fn broken(State(h): State<Handlers>) -> Response {
+    h.calls.fetch_add(1, Ordering::SeqCst);
+    (StatusCode::CREATED, Body::new(FailsMidway(false))).into_response()
+}
+
+struct FailsMidway(bool);
+
+impl http_body::Body for FailsMidway {
+    type Data = Bytes;
+    type Error = std::io::Error;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<Bytes>, std::io::Error>>> {
+        let sent = std::mem::replace(&mut self.0, true);
+        std::task::Poll::Ready(Some(if sent {
+            Err(std::io::Error::other("database went away"))
+        } else {
+            Ok(http_body::Frame::data(Bytes::from_static(b"{\"id\":")))
+        }))
+    }
+}
+
+fn request(method: Method, path: &str, key: Option<&str>, body: &'static str) -> Request<Body> {
+    let mut builder = Request::builder().method(method).uri(path);
+    if let Some(key) = key {
+        builder = builder.header("Idempotency-Key", key);
+    }
+    builder.body(Body::from(body)).unwrap()
+}
+
+fn post_req(path: &str, key: &str, body: &'static str) -> Request<Body> {
+    request(Method::POST, path, Some(key), body)
+}
+
+#[derive(Debug)]
+struct Reply {
+    status: StatusCode,
+    headers: HeaderMap,
+    body: String,
+}
+
+impl Reply {
+    async fn read(response: Response) -> Self {
+        let (parts, body) = response.into_parts();
+        let body = body.collect().await.unwrap().to_bytes();
+        Self {
+            status: parts.status,
+            headers: parts.headers,
+            body: String::from_utf8(body.to_vec()).unwrap(),
+        }
+    }
+
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers.get(name).map(|v| v.to_str().unwrap())
+    }
+
+    fn replayed(&self) -> bool {
+        self.header("x-idempotency-replay") == Some("true")
+    }
+
+    #[track_caller]
+    fn assert_error(&self, status: u16, code: &str) {
+        assert_eq!(self.status.as_u16(), status, "{self:?}");
+        assert_eq!(self.header("content-type"), Some("application/json"));
+        assert!(
+            self.body
+                .starts_with(&format!(r#"{{"error":"{code}","message":""#)),
+            "{self:?}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_post_without_a_key_is_refused_before_the_handler() {
+    let h = Harness::new();
+    for method in [Method::POST, Method::PATCH] {
+        let reply = h.send(request(method, "/payments", None, "{}")).await;
+        reply.assert_error(400, "missing_idempotency_key");
+        assert!(reply.body.contains("Idempotency-Key header is required"));
+    }
+    assert_eq!(h.calls(), 0);
+}
+
+#[tokio::test]
+async fn a_malformed_key_is_refused_naming_the_problem() {
+    let h = Harness::new();
+    let long = "k".repeat(256);
+    for (key, names) in [
+        ("two words", "\\\"two words\\\""),
+        ("", "1 to 255 characters"),
+        (long.as_str(), "1 to 255 characters"),
+    ] {
+        let reply = h.send(post_req("/payments", key, "{}")).await;
+        reply.assert_error(400, "invalid_idempotency_key");
+        assert!(reply.body.contains(names), "{key:?}: {}", reply.body);
+    }
+
+    let not_ascii = Request::post("/payments")
+        .header("Idempotency-Key", &b"caf\xc3\xa9"[..])
+        .body(Body::empty())
+        .unwrap();
+    let reply = h.send(not_ascii).await;
+    reply.assert_error(400, "invalid_idempotency_key");
+    assert!(reply.body.contains("not visible ASCII"), "{}", reply.body);
+
+    let twice = Request::post("/payments")
+        .header("Idempotency-Key", "a")
+        .header("Idempotency-Key", "b")
+        .body(Body::empty())
+        .unwrap();
+    let reply = h.send(twice).await;
+    reply.assert_error(400, "invalid_idempotency_key");
+    assert!(reply.body.contains("more than once"), "{}", reply.body);
+    assert_eq!(h.calls(), 0);
+}
+
+#[tokio::test]
+async fn safe_and_idempotent_methods_pass_through_untouched() {
+    let h = Harness::new();
+    for method in [Method::GET, Method::PUT, Method::DELETE, Method::GET] {
+        let reply = h.send(request(method, "/payments", None, "")).await;
+        assert_eq!((reply.status, reply.body.as_str()), (StatusCode::OK, "[]"));
+        assert!(!reply.replayed());
+    }
+    // Even with a key: those methods are never stored.
+    h.send(request(Method::PUT, "/payments", Some("k"), ""))
+        .await;
+    h.send(request(Method::PUT, "/payments", Some("k"), ""))
+        .await;
+    assert_eq!(h.calls(), 6);
+    assert!(h.store.is_empty());
+}
+
+#[tokio::test]
+async fn the_guarded_methods_are_configurable() {
+    let config = IdempotencyConfig::builder()
+        .with_methods([Method::POST])
+        .build()
+        .unwrap();
+    let h = Harness::with(config, MemoryStore::default(), []);
+    let patch = h
+        .send(request(Method::PATCH, "/payments", None, "{}"))
+        .await;
+    assert_eq!(patch.status, StatusCode::CREATED);
+    let post = h.send(request(Method::POST, "/payments", None, "{}")).await;
+    post.assert_error(400, "missing_idempotency_key");
+    assert_eq!(h.calls(), 1);
+}
+
+#[tokio::test]
+async fn a_replay_returns_the_stored_response_without_running_the_handler() {
+    let h = Harness::new();
+    let first = h
+        .send(post_req("/payments", "pay-1", r#"{"amount":100}"#))
+        .await;
+    assert_eq!(first.status, StatusCode::CREATED);
+    assert_eq!(first.body, r#"{"payment":1,"request":{"amount":100}}"#);
+    assert!(!first.replayed());
+    // The first client gets every header the handler set.
+    assert_eq!(first.header("set-cookie"), Some("session=secret"));
+    assert_eq!(first.header("x-request-number"), Some("1"));
+
+    for _ in 0..3 {
+        let replay = h
+            .send(post_req("/payments", "pay-1", r#"{"amount":100}"#))
+            .await;
+        assert!(replay.replayed(), "{replay:?}");
+        assert_eq!(replay.status, StatusCode::CREATED);
+        assert_eq!(replay.body, first.body);
+        assert_eq!(replay.header("content-type"), Some("application/json"));
+        assert_eq!(replay.header("location"), Some("/payments/1"));
+        // Only the selected headers are stored.
+        assert_eq!(replay.header("set-cookie"), None);
+        assert_eq!(replay.header("x-request-number"), None);
+    }
+    assert_eq!(h.calls(), 1);
+
+    // Another key is another payment.
+    let other = h
+        .send(post_req("/payments", "pay-2", r#"{"amount":100}"#))
+        .await;
+    assert_eq!(other.body, r#"{"payment":2,"request":{"amount":100}}"#);
+}
+
+#[tokio::test]
+async fn a_key_reused_for_another_request_gets_422() {
+    let h = Harness::new();
+    h.send(post_req("/payments", "k", r#"{"amount":100}"#))
+        .await;
+    for other in [
+        post_req("/payments", "k", r#"{"amount":999}"#),
+        post_req("/payments?currency=eur", "k", r#"{"amount":100}"#),
+        request(Method::PATCH, "/payments", Some("k"), r#"{"amount":100}"#),
+    ] {
+        h.send(other)
+            .await
+            .assert_error(422, "idempotency_key_reused");
+    }
+    assert_eq!(h.calls(), 1);
+}
+
+#[tokio::test]
+async fn fingerprint_headers_keep_two_callers_with_one_key_apart() {
+    let config = IdempotencyConfig::builder()
+        .with_fingerprint_headers([header::HeaderName::from_static("x-api-key")])
+        .build()
+        .unwrap();
+    let h = Harness::with(config, MemoryStore::default(), []);
+    let as_caller = |caller: &str| {
+        let mut request = post_req("/payments", "1", "{}");
+        request
+            .headers_mut()
+            .insert("x-api-key", caller.parse().unwrap());
+        request
+    };
+    let alice = h.send(as_caller("alice")).await;
+    assert_eq!(alice.status, StatusCode::CREATED);
+    assert!(h.send(as_caller("alice")).await.replayed());
+    h.send(as_caller("bob"))
+        .await
+        .assert_error(422, "idempotency_key_reused");
+    h.send(post_req("/payments", "1", "{}"))
+        .await
+        .assert_error(422, "idempotency_key_reused");
+    assert_eq!(h.calls(), 1);
+}
+
+#[tokio::test]
+async fn concurrent_requests_with_one_key_run_the_handler_once_and_the_second_gets_409() {
+    let mut h = Harness::new();
+    let first = tokio::spawn(h.app.clone().oneshot(post_req("/slow", "k", "{}")));
+    h.started.recv().await.unwrap();
+
+    let second = h.send(post_req("/slow", "k", "{}")).await;
+    second.assert_error(409, "idempotency_key_in_use");
+    assert_eq!(second.header("retry-after"), Some("1"));
+    // A concurrent request with another body is a reused key, not a wait.
+    h.send(post_req("/slow", "k", "{\"other\":1}"))
+        .await
+        .assert_error(422, "idempotency_key_reused");
+    assert!(matches!(
+        h.store.get(&IdempotencyKey::from_string("k").unwrap()),
+        Some(Entry::InFlight { .. })
+    ));
+
+    h.gate.add_permits(1);
+    let first = Reply::read(first.await.unwrap().unwrap()).await;
+    assert_eq!(first.body, "slow 1");
+    let third = h.send(post_req("/slow", "k", "{}")).await;
+    assert!(third.replayed());
+    assert_eq!(third.body, "slow 1");
+    assert_eq!(h.calls(), 1);
+}
+
+#[tokio::test]
+async fn retryable_failures_are_not_stored_so_the_retry_runs_the_handler() {
+    let h = Harness::with(
+        IdempotencyConfig::default(),
+        MemoryStore::default(),
+        [502, 503, 429, 500],
+    );
+    for (n, status) in [(1, 502), (2, 503), (3, 429), (4, 500), (5, 201)] {
+        let reply = h.send(post_req("/flaky", "k", "{}")).await;
+        assert_eq!(reply.status.as_u16(), status);
+        assert_eq!(reply.body, format!("answer {n}"));
+        assert!(!reply.replayed());
+    }
+    let replay = h.send(post_req("/flaky", "k", "{}")).await;
+    assert!(replay.replayed());
+    assert_eq!(
+        (replay.status.as_u16(), replay.body.as_str()),
+        (201, "answer 5")
+    );
+    assert_eq!(h.calls(), 5);
+}
+
+#[tokio::test]
+async fn business_errors_are_stored_like_successes() {
+    let h = Harness::with(IdempotencyConfig::default(), MemoryStore::default(), [409]);
+    let first = h.send(post_req("/flaky", "k", "{}")).await;
+    let replay = h.send(post_req("/flaky", "k", "{}")).await;
+    assert_eq!((first.status.as_u16(), replay.status.as_u16()), (409, 409));
+    assert!(replay.replayed());
+    assert_eq!(replay.body, "answer 1");
+    assert_eq!(h.calls(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn responses_are_replayed_for_24_hours_then_forgotten() {
+    let h = Harness::new();
+    h.send(post_req("/payments", "k", "{}")).await;
+    tokio::time::advance(Duration::from_secs(24 * 3600 - 1)).await;
+    assert!(h.send(post_req("/payments", "k", "{}")).await.replayed());
+    tokio::time::advance(Duration::from_secs(1)).await;
+    let fresh = h.send(post_req("/payments", "k", "{}")).await;
+    assert!(!fresh.replayed());
+    assert_eq!(fresh.body, r#"{"payment":2,"request":{}}"#);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_handler_outliving_the_lock_ttl_loses_its_key_to_the_retry() {
+    let config = IdempotencyConfig::builder()
+        .with_lock_ttl(Duration::from_secs(5))
+        .build()
+        .unwrap();
+    let mut h = Harness::with(config, MemoryStore::default(), []);
+    let stuck = tokio::spawn(h.app.clone().oneshot(post_req("/slow", "k", "{}")));
+    h.started.recv().await.unwrap();
+    tokio::time::advance(Duration::from_secs(5)).await;
+
+    let retry = tokio::spawn(h.app.clone().oneshot(post_req("/slow", "k", "{}")));
+    h.started.recv().await.unwrap();
+    h.gate.add_permits(2);
+    let (stuck, retry) = (stuck.await.unwrap().unwrap(), retry.await.unwrap().unwrap());
+    let (stuck, retry) = (Reply::read(stuck).await, Reply::read(retry).await);
+    assert_eq!(h.calls(), 2);
+    // Whichever finished, the store keeps the response of the lock holder.
+    let replay = h.send(post_req("/slow", "k", "{}")).await;
+    assert!(replay.replayed());
+    assert_eq!(replay.body, retry.body, "stuck answered {:?}", stuck.body);
+}
+
+#[tokio::test]
+async fn a_cancelled_request_frees_its_key() {
+    let mut h = Harness::new();
+    let first = tokio::spawn(h.app.clone().oneshot(post_req("/slow", "k", "{}")));
+    h.started.recv().await.unwrap();
+    first.abort();
+    assert!(first.await.unwrap_err().is_cancelled());
+    // The release runs on a task spawned by the dropped future.
+    for _ in 0..100 {
+        if h.store.is_empty() {
+            break;
+        }
+        tokio::task::yield_now().await;
+    }
+    assert!(h.store.is_empty());
+    h.gate.add_permits(1);
+    let retry = h.send(post_req("/slow", "k", "{}")).await;
+    assert_eq!(retry.body, "slow 2");
+}
+
+#[tokio::test]
+async fn a_response_over_the_storage_limit_is_delivered_once_then_refused() {
+    let config = IdempotencyConfig::builder()
+        .with_max_stored_body(99)
+        .build()
+        .unwrap();
+    let h = Harness::with(config, MemoryStore::default(), []);
+    let first = h.send(post_req("/big", "k", "{}")).await;
+    assert_eq!(first.status, StatusCode::OK);
+    assert_eq!(first.body, "x".repeat(100));
+    let again = h.send(post_req("/big", "k", "{}")).await;
+    again.assert_error(409, "idempotency_response_not_stored");
+    assert!(
+        again.body.contains("status 200") && again.body.contains("99 bytes"),
+        "{}",
+        again.body
+    );
+    assert_eq!(h.calls(), 1);
+
+    // At the limit it is stored.
+    let config = IdempotencyConfig::builder()
+        .with_max_stored_body(100)
+        .build()
+        .unwrap();
+    let h = Harness::with(config, MemoryStore::default(), []);
+    h.send(post_req("/big", "k", "{}")).await;
+    let replay = h.send(post_req("/big", "k", "{}")).await;
+    assert!(replay.replayed());
+    assert_eq!(replay.body.len(), 100);
+}
+
+#[tokio::test]
+async fn a_response_body_failing_midway_keeps_the_key_so_the_work_is_not_redone() {
+    let h = Harness::new();
+    let first = h
+        .app
+        .clone()
+        .oneshot(post_req("/broken", "k", "{}"))
+        .await
+        .unwrap();
+    assert_eq!(first.status(), StatusCode::CREATED);
+    let err = first.into_body().collect().await.unwrap_err();
+    assert!(err.to_string().contains("database went away"), "{err}");
+
+    let retry = h.send(post_req("/broken", "k", "{}")).await;
+    retry.assert_error(409, "idempotency_response_not_stored");
+    assert!(
+        retry.body.contains("status 201") && retry.body.contains("body failed"),
+        "{}",
+        retry.body
+    );
+    assert_eq!(h.calls(), 1);
+}
+
+#[tokio::test]
+async fn a_request_body_over_the_limit_gets_413() {
+    let config = IdempotencyConfig::builder()
+        .with_max_request_body(4)
+        .build()
+        .unwrap();
+    let h = Harness::with(config, MemoryStore::default(), []);
+    h.send(post_req("/payments", "k", "12345"))
+        .await
+        .assert_error(413, "request_body_too_large");
+    assert_eq!(h.send(post_req("/payments", "k", "1234")).await.status, 201);
+    assert_eq!(h.calls(), 1);
+}
+
+#[tokio::test]
+async fn a_full_store_answers_503_and_never_runs_the_handler_unprotected() {
+    let h = Harness::with(
+        IdempotencyConfig::default(),
+        MemoryStore::new(1).unwrap(),
+        [],
+    );
+    h.send(post_req("/payments", "a", "{}")).await;
+    let reply = h.send(post_req("/payments", "b", "{}")).await;
+    reply.assert_error(503, "idempotency_store_unavailable");
+    assert_eq!(reply.header("retry-after"), Some("1"));
+    assert_eq!(h.calls(), 1);
+}
+
+#[tokio::test]
+async fn through_a_real_http_server_on_loopback() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    let h = Harness::new();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let server = tokio::spawn(axum::serve(listener, h.app.clone()).into_future());
+
+    let mut answers = Vec::new();
+    for _ in 0..2 {
+        let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+        stream
+            .write_all(
+                b"POST /payments HTTP/1.1\r\nHost: test\r\nIdempotency-Key: order-42\r\n\
+                  Content-Type: application/json\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}",
+            )
+            .await
+            .unwrap();
+        let mut raw = String::new();
+        stream.read_to_string(&mut raw).await.unwrap();
+        answers.push(raw.to_ascii_lowercase());
+    }
+    server.abort();
+
+    let body = r#"{"payment":1,"request":{}}"#;
+    for answer in &answers {
+        assert!(answer.starts_with("http/1.1 201 created\r\n"), "{answer}");
+        assert!(answer.contains(&format!("content-length: {}\r\n", body.len())));
+        assert!(answer.ends_with(body), "{answer}");
+    }
+    assert!(!answers[0].contains("x-idempotency-replay"));
+    assert!(answers[1].contains("x-idempotency-replay: true\r\n"));
+    assert_eq!(h.calls(), 1);
+}

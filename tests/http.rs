@@ -1,0 +1,306 @@
+//! The reqwest integration through the real HTTP stack, against the
+//! scripted-fault server of `examples/common` on loopback (SPEC §2, §3, §9).
+
+#[path = "../examples/common/mod.rs"]
+mod common;
+
+use std::time::Duration;
+
+use common::{FaultServer, PAYMENTS, Reply};
+use resilience::IdempotencyKey;
+use resilience::http::{HttpError, RequestBuilderExt, ResponseExt};
+use resilience::retry::{Classify, Event, Policy, Verdict};
+
+/// The HTTP preset; tests that count pauses remove the jitter.
+fn policy() -> Policy {
+    Policy::http()
+}
+
+#[tokio::test(start_paused = true)]
+async fn bad_gateway_twice_then_ok_takes_exactly_three_requests() {
+    let server = FaultServer::start().await.unwrap();
+    server.script_statuses("/user", &[502, 502, 200]);
+    server.body("/user", "ada");
+    let client = reqwest::Client::new();
+
+    let body = client
+        .get(server.url("/user"))
+        .with_policy(policy())
+        .text()
+        .await
+        .unwrap();
+
+    assert_eq!(body, "ada");
+    let log = server.requests_to("/user");
+    assert_eq!(log.len(), 3);
+    // The pauses of the preset: ~100 ms then ~200 ms, ±25 %.
+    let first = log[1].at - log[0].at;
+    let second = log[2].at - log[1].at;
+    assert!((75..=125).contains(&first.as_millis()), "{first:?}");
+    assert!((150..=250).contains(&second.as_millis()), "{second:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn bad_request_is_sent_once() {
+    let server = FaultServer::start().await.unwrap();
+    server.script_statuses("/user", &[400, 200]);
+    let client = reqwest::Client::new();
+
+    let err = client
+        .get(server.url("/user"))
+        .with_policy(policy())
+        .send()
+        .await
+        .unwrap_err();
+
+    assert_eq!(server.requests_to("/user").len(), 1);
+    assert_eq!(err.status().map(|s| s.as_u16()), Some(400));
+    assert_eq!(err.classify(), Verdict::Permanent);
+    let HttpError::Status(status) = &err else {
+        panic!("{err:?}")
+    };
+    assert_eq!(status.body(), "scripted 400");
+    assert!(
+        err.to_string()
+            .starts_with("HTTP 400 Bad Request from http://127.0.0.1:"),
+        "{err}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn too_many_requests_waits_for_retry_after() {
+    let server = FaultServer::start().await.unwrap();
+    server.script("/user", [Reply::RetryAfter(429, 1), Reply::Ok]);
+    let client = reqwest::Client::new();
+
+    let mut delays = Vec::new();
+    let response = Policy::http()
+        .retry(|| async {
+            client
+                .get(server.url("/user"))
+                .send()
+                .await?
+                .check()
+                .await
+                .map_err(HttpError::from)
+        })
+        .notify(|event: &Event<'_, HttpError>| {
+            if let Event::Retry { delay, verdict, .. } = event {
+                delays.push((*delay, *verdict));
+            }
+        })
+        .await
+        .unwrap();
+
+    assert_eq!(response.status().as_u16(), 200);
+    let log = server.requests_to("/user");
+    assert_eq!(log.len(), 2);
+    assert!(log[1].at - log[0].at >= Duration::from_secs(1));
+    assert_eq!(
+        delays,
+        [(
+            Duration::from_secs(1),
+            Verdict::RetryAfter(Duration::from_secs(1))
+        )]
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn retry_after_beyond_the_budget_gives_up_at_once() {
+    let server = FaultServer::start().await.unwrap();
+    server.script("/user", [Reply::RetryAfter(429, 60), Reply::Ok]);
+    let client = reqwest::Client::new();
+
+    let err = client
+        .get(server.url("/user"))
+        .with_policy(policy())
+        .send()
+        .await
+        .unwrap_err();
+
+    assert_eq!(server.requests_to("/user").len(), 1);
+    let HttpError::Status(status) = err else {
+        panic!("{err:?}")
+    };
+    assert_eq!(status.retry_after(), Some(Duration::from_secs(60)));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_post_carries_the_same_key_and_body_on_every_attempt() {
+    let server = FaultServer::start().await.unwrap();
+    // The first attempt creates the payment, and its response is lost.
+    server.script(
+        PAYMENTS,
+        [Reply::Status(503), Reply::DropMidBody, Reply::Ok],
+    );
+    let client = reqwest::Client::new();
+    let key = IdempotencyKey::new();
+
+    let (replayed, receipt) = client
+        .post(server.url(PAYMENTS))
+        .idempotency_key(&key)
+        .body("amount=10")
+        .with_policy(policy())
+        .read_with(|response| async move {
+            let replayed = response.headers().contains_key("x-idempotency-replay");
+            Ok((replayed, response.text().await?))
+        })
+        .await
+        .unwrap();
+
+    let log = server.requests_to(PAYMENTS);
+    assert_eq!(log.len(), 3);
+    for request in &log {
+        assert_eq!(request.idempotency_key.as_deref(), Some(key.as_str()));
+        assert_eq!(&request.body[..], b"amount=10");
+    }
+    assert!(replayed);
+    assert_eq!(receipt, "payment 1 created");
+    assert_eq!(server.payments_created(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_post_without_a_key_is_refused_before_it_is_sent() {
+    let server = FaultServer::start().await.unwrap();
+    let client = reqwest::Client::new();
+
+    let err = client
+        .post(server.url(PAYMENTS))
+        .body("amount=10")
+        .with_policy(policy())
+        .send()
+        .await
+        .unwrap_err();
+
+    assert!(
+        matches!(err, HttpError::MissingIdempotencyKey { .. }),
+        "{err:?}"
+    );
+    assert!(err.to_string().contains("`POST http://127.0.0.1:"), "{err}");
+    assert_eq!(err.classify(), Verdict::Permanent);
+    assert!(server.requests().is_empty());
+
+    // Without retries, nothing to protect.
+    let once = Policy::builder().with_max_attempts(1).build().unwrap();
+    let err = client
+        .post(server.url(PAYMENTS))
+        .with_policy(once)
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(err.status().map(|s| s.as_u16()), Some(400));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_streaming_body_is_refused_before_the_first_attempt() {
+    let server = FaultServer::start().await.unwrap();
+    let client = reqwest::Client::new();
+
+    let err = client
+        .put(server.url("/blob"))
+        .body(reqwest::Body::wrap(String::from("streamed")))
+        .with_policy(policy())
+        .send()
+        .await
+        .unwrap_err();
+
+    assert!(
+        matches!(err, HttpError::BodyNotReplayable { .. }),
+        "{err:?}"
+    );
+    assert!(
+        err.to_string()
+            .contains("is a stream and cannot be sent again"),
+        "{err}"
+    );
+    assert_eq!(err.classify(), Verdict::Permanent);
+    assert!(server.requests().is_empty());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_connection_dropped_mid_response_is_retried() {
+    let server = FaultServer::start().await.unwrap();
+    server.body("/user", "a body long enough to be cut in half");
+    server.script("/user", [Reply::DropMidBody, Reply::Ok]);
+    let client = reqwest::Client::new();
+
+    let mut errors = Vec::new();
+    let request = client.get(server.url("/user")).replayable().unwrap();
+    let body = Policy::http()
+        .retry(|| async {
+            let response = request.send().await?;
+            Ok::<_, HttpError>(response.bytes().await?)
+        })
+        .notify(|event: &Event<'_, HttpError>| {
+            if let Event::Retry { error, verdict, .. } = event {
+                errors.push((error.to_string(), *verdict));
+            }
+        })
+        .await
+        .unwrap();
+
+    assert_eq!(&body[..], b"a body long enough to be cut in half");
+    assert_eq!(server.requests_to("/user").len(), 2);
+    assert_eq!(errors.len(), 1);
+    assert_eq!(errors[0].1, Verdict::Transient);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_slow_server_is_cut_by_the_attempt_timeout_and_retried() {
+    let server = FaultServer::start().await.unwrap();
+    server.script("/user", [Reply::Slow(Duration::from_secs(30)), Reply::Ok]);
+    let client = reqwest::Client::new();
+    let policy = Policy::http()
+        .to_builder()
+        .with_attempt_timeout(Duration::from_secs(1))
+        .build()
+        .unwrap();
+
+    let body = client
+        .get(server.url("/user"))
+        .with_policy(policy)
+        .text()
+        .await
+        .unwrap();
+
+    assert_eq!(body, "ok /user");
+    assert_eq!(server.requests_to("/user").len(), 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn reqwest_errors_follow_the_table() {
+    // Connection refused: a port that was just released.
+    let port = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.local_addr().unwrap().port()
+    };
+    let client = reqwest::Client::new();
+    let refused = client
+        .get(format!("http://127.0.0.1:{port}/"))
+        .send()
+        .await
+        .unwrap_err();
+    assert!(refused.is_connect(), "{refused:?}");
+    assert_eq!(refused.classify(), Verdict::Transient);
+
+    let builder = client.get("not a url").send().await.unwrap_err();
+    assert!(builder.is_builder(), "{builder:?}");
+    assert_eq!(builder.classify(), Verdict::Permanent);
+
+    let server = FaultServer::start().await.unwrap();
+    server.script_statuses("/s", &[503, 404]);
+    for expected in [Verdict::Transient, Verdict::Permanent] {
+        let status = client
+            .get(server.url("/s"))
+            .send()
+            .await
+            .unwrap()
+            .error_for_status()
+            .unwrap_err();
+        assert_eq!(status.classify(), expected, "{status:?}");
+    }
+
+    // A success has nothing to retry.
+    let ok = client.get(server.url("/s")).send().await.unwrap();
+    assert_eq!(ok.verdict(), Verdict::Permanent);
+}

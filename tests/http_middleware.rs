@@ -1,0 +1,204 @@
+//! The `reqwest-middleware` layer through the real HTTP stack, against the
+//! scripted-fault server of `examples/common` on loopback.
+
+#[path = "../examples/common/mod.rs"]
+mod common;
+
+use common::{FaultServer, PAYMENTS, Reply};
+use reqwest_middleware::{ClientBuilder, ClientWithMiddleware};
+use resilience::IdempotencyKey;
+use resilience::breaker::{BreakerConfig, CircuitBreaker, State};
+use resilience::http::{HttpError, ResilienceMiddleware};
+use resilience::registry::Registry;
+use resilience::retry::Policy;
+
+fn client(policy: Policy) -> ClientWithMiddleware {
+    ClientBuilder::new(reqwest::Client::new())
+        .with(ResilienceMiddleware::new("test-service", policy))
+        .build()
+}
+
+#[tokio::test(start_paused = true)]
+async fn every_request_of_the_client_is_retried() {
+    let server = FaultServer::start().await.unwrap();
+    server.script_statuses("/user", &[502, 502, 200]);
+    let client = client(Policy::http());
+
+    let response = client.get(server.url("/user")).send().await.unwrap();
+
+    assert_eq!(response.status().as_u16(), 200);
+    assert_eq!(response.text().await.unwrap(), "ok /user");
+    assert_eq!(server.requests_to("/user").len(), 3);
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_last_response_is_returned_as_is_once_the_attempts_are_spent() {
+    let server = FaultServer::start().await.unwrap();
+    server.always("/user", Reply::Status(503));
+    server.script_statuses("/bad", &[400]);
+    let client = client(Policy::http());
+
+    let response = client.get(server.url("/user")).send().await.unwrap();
+    assert_eq!(response.status().as_u16(), 503);
+    assert_eq!(response.text().await.unwrap(), "scripted 503");
+    assert_eq!(server.requests_to("/user").len(), 3);
+
+    let response = client.get(server.url("/bad")).send().await.unwrap();
+    assert_eq!(response.status().as_u16(), 400);
+    assert_eq!(server.requests_to("/bad").len(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_post_keeps_its_key_and_body_across_attempts() {
+    let server = FaultServer::start().await.unwrap();
+    server.script_statuses(PAYMENTS, &[503, 502]);
+    let client = client(Policy::http());
+    let key = IdempotencyKey::new();
+    let (name, value) = key.header();
+
+    let response = client
+        .post(server.url(PAYMENTS))
+        .header(name, value)
+        .body("amount=10")
+        .send()
+        .await
+        .unwrap();
+
+    assert!(response.headers().get("x-idempotency-replay").is_none());
+    assert_eq!(response.text().await.unwrap(), "payment 1 created");
+    let log = server.requests_to(PAYMENTS);
+    assert_eq!(log.len(), 3);
+    assert!(
+        log.iter()
+            .all(|r| r.idempotency_key.as_deref() == Some(key.as_str()))
+    );
+    assert!(log.iter().all(|r| &r.body[..] == b"amount=10"));
+    assert_eq!(server.payments_created(), 1);
+
+    // The same logical call sent again (say, after a crash) is replayed.
+    let again = client
+        .post(server.url(PAYMENTS))
+        .header(name, value)
+        .body("amount=10")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(again.headers()["x-idempotency-replay"], "true");
+    assert_eq!(server.payments_created(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn unsafe_requests_are_refused_before_they_are_sent() {
+    let server = FaultServer::start().await.unwrap();
+    let client = client(Policy::http());
+
+    let err = client
+        .post(server.url(PAYMENTS))
+        .body("amount=10")
+        .send()
+        .await
+        .unwrap_err();
+    let reqwest_middleware::Error::Middleware(err) = err else {
+        panic!("{err:?}")
+    };
+    assert!(
+        matches!(
+            err.downcast_ref::<HttpError>(),
+            Some(HttpError::MissingIdempotencyKey { .. })
+        ),
+        "{err:?}"
+    );
+
+    let err = client
+        .put(server.url("/blob"))
+        .body(reqwest::Body::wrap(String::from("streamed")))
+        .send()
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("is a stream"), "{err}");
+    assert!(server.requests().is_empty());
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_open_breaker_rejects_requests_without_sending_them() {
+    let server = FaultServer::start().await.unwrap();
+    server.always("/user", Reply::Status(503));
+    let breaker = CircuitBreaker::new(
+        "users",
+        BreakerConfig::new()
+            .with_min_requests(2)
+            .with_failure_ratio(0.5),
+    )
+    .unwrap();
+    let client = ClientBuilder::new(reqwest::Client::new())
+        .with(ResilienceMiddleware::new("users", Policy::http()).with_breaker(breaker.clone()))
+        .build();
+
+    // Two requests, three attempts each: the breaker counts two failures.
+    for _ in 0..2 {
+        let response = client.get(server.url("/user")).send().await.unwrap();
+        assert_eq!(response.status().as_u16(), 503);
+    }
+    assert_eq!(server.requests_to("/user").len(), 6);
+    assert_eq!(breaker.state(), State::Open);
+
+    let err = client.get(server.url("/user")).send().await.unwrap_err();
+    let reqwest_middleware::Error::Middleware(err) = err else {
+        panic!("{err:?}")
+    };
+    let err = err.downcast_ref::<HttpError>().unwrap();
+    assert!(err.is_dependency_down(), "{err:?}");
+    assert_eq!(
+        err.to_string(),
+        "dependency down: circuit breaker `users` is open"
+    );
+    assert_eq!(server.requests_to("/user").len(), 6);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_single_attempt_sends_even_a_streaming_body() {
+    let server = FaultServer::start().await.unwrap();
+    let once = Policy::builder().with_max_attempts(1).build().unwrap();
+    let client = client(once);
+
+    let response = client
+        .put(server.url("/blob"))
+        .body(reqwest::Body::wrap(String::from("streamed")))
+        .send()
+        .await
+        .unwrap();
+
+    assert_eq!(response.status().as_u16(), 200);
+    assert_eq!(&server.requests_to("/blob")[0].body[..], b"streamed");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_named_layer_takes_its_policy_and_breaker_from_the_registry() {
+    let registry = Registry::builder()
+        .config_str(
+            "[breakers.payments]\nmin = 1\nratio = 0.5\n\n[retry.payments]\nmax_attempts = 2\n",
+            "inline",
+        )
+        .unwrap()
+        .build()
+        .unwrap();
+    let layer = ResilienceMiddleware::from_registry(&registry, "payments");
+    assert_eq!(layer.policy().max_attempts(), 2);
+    let breaker = layer.breaker().unwrap().clone();
+    assert_eq!(breaker.name(), "payments");
+    let server = FaultServer::start().await.unwrap();
+    server.always("/pay", Reply::Status(502));
+    let client = ClientBuilder::new(reqwest::Client::new())
+        .with(layer)
+        .build();
+    let response = client.get(server.url("/pay")).send().await.unwrap();
+    assert_eq!(response.status().as_u16(), 502);
+    assert_eq!(server.requests_to("/pay").len(), 2);
+    // The layer's breaker is the registry's: it tripped for everyone.
+    assert_eq!(
+        registry.breaker("payments", BreakerConfig::new()).state(),
+        State::Open
+    );
+    assert!(client.get(server.url("/pay")).send().await.is_err());
+    assert_eq!(server.requests_to("/pay").len(), 2);
+}

@@ -1,0 +1,61 @@
+//! What the macro behaviour tests share: an HTTP-like error type and a
+//! scripted fake dependency.
+#![allow(dead_code, unreachable_pub)]
+
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use resilience::retry::{Classify, HttpStatus, Verdict};
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum ClientError {
+    Status(u16),
+    Resilience(resilience::Error),
+}
+
+impl From<resilience::Error> for ClientError {
+    fn from(err: resilience::Error) -> Self {
+        ClientError::Resilience(err)
+    }
+}
+
+impl Classify for ClientError {
+    fn classify(&self) -> Verdict {
+        match self {
+            ClientError::Status(code) => HttpStatus(*code).classify(),
+            ClientError::Resilience(err) => err.classify(),
+        }
+    }
+}
+
+/// A dependency that answers with the scripted statuses, then 200s.
+#[derive(Debug, Default)]
+pub struct Script {
+    statuses: Mutex<Vec<u16>>,
+    calls: AtomicU32,
+}
+
+impl Script {
+    pub fn new(statuses: &[u16]) -> Self {
+        let mut statuses = statuses.to_vec();
+        statuses.reverse();
+        Self {
+            statuses: Mutex::new(statuses),
+            calls: AtomicU32::new(0),
+        }
+    }
+
+    /// One call: `Ok(())` on 2xx, the status as an error otherwise.
+    pub fn call(&self) -> Result<(), ClientError> {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        let status = self.statuses.lock().unwrap().pop().unwrap_or(200);
+        match status {
+            200..=299 => Ok(()),
+            failed => Err(ClientError::Status(failed)),
+        }
+    }
+
+    pub fn calls(&self) -> u32 {
+        self.calls.load(Ordering::SeqCst)
+    }
+}

@@ -1,0 +1,51 @@
+//! The quickstart demo, run on a paused clock: its story's key lines must
+//! keep showing, so that the demo cannot rot.
+
+#[allow(dead_code)] // `main` is the example's
+#[path = "../examples/quickstart.rs"]
+mod quickstart;
+
+use std::time::Duration;
+
+#[tokio::test(start_paused = true)]
+async fn the_quickstart_tells_the_whole_story() {
+    let report = quickstart::run(true).await;
+    let story = report.lines.join("\n");
+
+    for line in [
+        // 1. 502, 502 → 200
+        "✓ user 42 = \"Ada Lovelace\" after 3 attempts",
+        // 2. 400 once; 429 + Retry-After: 1
+        "✓ not retried (1 attempt): 400 Bad Request",
+        "← 429 Too Many Requests, Retry-After: 1",
+        "(after a 1000 ms pause)",
+        "Retry-After honoured",
+        // 3. one key, one payment, a replay
+        "✗ body cut short",
+        "← 201 Created, X-Idempotency-Replay: true",
+        "✓ \"payment 1 created\" (replayed); 2 attempts, same key on each: true; payments created on the server: 1",
+        // 4. the breaker trips, calls fail fast, stale value marked stale
+        "⚡ breaker `users`: closed → open",
+        "↺ dependency down, failed fast in 0 ms; serving stale \"Ada Lovelace\" (X-From-Cache: stale)",
+        // 5. half-open probe, closed
+        "⚡ breaker `users`: open → half-open",
+        "⚡ breaker `users`: half-open → closed",
+        "✓ probe succeeded: \"Ada Lovelace (v2)\"; breaker `users` is closed",
+        "| calls | attempts | breaker trips | failed fast | time saved by failing fast | total time |",
+    ] {
+        assert!(report.shows(line), "missing {line:?} in:\n{story}");
+    }
+    for line in report.lines.iter().filter(|line| line.contains('✗')) {
+        assert!(
+            line.contains("failed after the retries: HTTP 503") || line.contains("body cut short"),
+            "unexpected failure {line:?} in:\n{story}"
+        );
+    }
+
+    assert_eq!(report.trips, 1, "{story}");
+    assert!(report.rejected >= 3, "{story}");
+    assert!(report.time_saved >= Duration::from_millis(600), "{story}");
+    assert!(report.elapsed < Duration::from_secs(15), "{story}");
+    // Every attempt of every call reached the server, none of the rejected.
+    assert!(report.attempts >= report.calls as usize, "{story}");
+}
