@@ -59,7 +59,7 @@ fn concurrent_probe_outcomes_lose_no_transition() {
     // preemptions keeps the exploration to seconds while still covering
     // every interleaving of the few decisions that matter.
     let mut model = loom::model::Builder::new();
-    model.preemption_bound = Some(3);
+    model.preemption_bound = Some(2);
     model.check(|| {
         let b = half_open(2);
         let changes = Arc::new(AtomicUsize::new(0));
