@@ -5,7 +5,7 @@
 //! that resolves its policy or breaker once, by name, from the registry;
 //! every call after the first reads it without a lookup. The expansion
 //! calls one function per layer ([`retry`] and [`Chain::attempt`],
-//! [`breaker`] or [`breaker_or_fallback`]), so that logs, metrics and
+//! [`admit`] and [`settle`], or [`breaker`]), so that logs, metrics and
 //! traces belong here and the macro crate never changes for them.
 
 use std::future::Future;
@@ -14,14 +14,14 @@ use std::pin::Pin;
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::{Context, Poll, ready};
-use std::time::Duration;
 
 use pin_project_lite::pin_project;
-use resilience_runtime::Error;
-use resilience_runtime::breaker::{BreakerConfig, Call, CircuitBreaker};
-use resilience_runtime::deadline;
+use resilience_runtime::breaker::{BreakerConfig, Call, CircuitBreaker, Permit};
 use resilience_runtime::registry;
-use resilience_runtime::retry::{Classify, Event, GiveUp, LazyRng, Policy, PolicyBuilder, Verdict};
+use resilience_runtime::retry::{
+    Attempts, Classify, Cut, Event, GiveUp, Next, Policy, PolicyBuilder, Verdict,
+};
+use resilience_runtime::{DependencyDown, Error};
 use tokio::time::{Instant, Sleep};
 
 /// The retry policy of one `#[retry]` call site.
@@ -67,26 +67,14 @@ pub struct ByClassify;
 #[derive(Debug, Clone, Copy)]
 pub struct Custom<W>(W);
 
-/// What the timer of an attempt in flight is armed for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Timer {
-    None,
-    AttemptTimeout(Duration),
-    Deadline,
-    Budget,
-}
-
 /// One retry chain in progress: the state between the attempts of one
 /// logical call.
 #[derive(Debug)]
 pub struct Chain<W> {
     site: &'static RetrySite,
-    policy: Policy,
+    // The runtime's rules, shared with `Policy::retry`: only the loop is ours.
+    attempts: Attempts,
     when: W,
-    attempt: u32,
-    start: Option<Instant>,
-    previous_delay: Duration,
-    rng: LazyRng,
 }
 
 /// Starts a chain at `site`, classifying errors with their [`Classify`] impl.
@@ -105,12 +93,8 @@ impl<W> Chain<W> {
     fn new(site: &'static RetrySite, when: W) -> Self {
         Self {
             site,
-            policy: site.policy(),
+            attempts: Attempts::new(site.policy()),
             when,
-            attempt: 0,
-            start: None,
-            previous_delay: Duration::ZERO,
-            rng: LazyRng::default(),
         }
     }
 }
@@ -186,7 +170,7 @@ pin_project! {
     pub struct Attempt<'a, Fut, W> {
         chain: &'a mut Chain<W>,
         stage: Stage,
-        role: Timer,
+        cut: Option<Cut>,
         #[pin]
         fut: Option<Fut>,
         #[pin]
@@ -197,7 +181,7 @@ pin_project! {
 impl<Fut, W> std::fmt::Debug for Attempt<'_, Fut, W> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Attempt")
-            .field("attempt", &self.chain.attempt)
+            .field("attempt", &self.chain.attempts.attempt())
             .field("stage", &self.stage)
             .finish_non_exhaustive()
     }
@@ -209,7 +193,7 @@ impl<'a, Fut, W> Attempt<'a, Fut, W> {
         Attempt {
             chain,
             stage: Stage::Start,
-            role: Timer::None,
+            cut: None,
             fut: Some(fut),
             timer: None,
         }
@@ -236,31 +220,17 @@ where
         let chain = &mut **this.chain;
         if *this.stage == Stage::Start {
             *this.stage = Stage::Running;
-            let deadline = deadline::current();
-            let timeout = chain.policy.attempt_timeout();
-            if deadline.is_some() || timeout.is_some() || chain.start.is_some() {
-                let now = Instant::now();
-                let start = *chain.start.get_or_insert(now);
-                if deadline.is_some_and(|deadline| deadline <= now) {
+            match chain.attempts.begin() {
+                Ok(None) => {}
+                Ok(Some((until, cut))) => {
+                    arm(this.timer.as_mut(), until);
+                    *this.cut = Some(cut);
+                }
+                Err(_) => {
                     this.fut.set(None);
                     return Poll::Ready(ControlFlow::Break(Err(chain.deadline_passed())));
                 }
-                // On a tie the caller's deadline wins, then the whole budget.
-                let mut until = (start + chain.policy.max_elapsed(), Timer::Budget);
-                if let Some(timeout) = timeout {
-                    if now + timeout < until.0 {
-                        until = (now + timeout, Timer::AttemptTimeout(timeout));
-                    }
-                }
-                if let Some(deadline) = deadline {
-                    if deadline <= until.0 {
-                        until = (deadline, Timer::Deadline);
-                    }
-                }
-                arm(this.timer.as_mut(), until.0);
-                *this.role = until.1;
             }
-            chain.attempt += 1;
         }
         if *this.stage == Stage::Running {
             let Some(fut) = this.fut.as_mut().as_pin_mut() else {
@@ -269,28 +239,26 @@ where
             let result = match fut.poll(cx) {
                 Poll::Ready(result) => result,
                 Poll::Pending => {
-                    if *this.role == Timer::None {
-                        let start = *chain.start.get_or_insert_with(Instant::now);
-                        arm(this.timer.as_mut(), start + chain.policy.max_elapsed());
-                        *this.role = Timer::Budget;
-                    }
+                    let cut = match *this.cut {
+                        Some(cut) => cut,
+                        None => {
+                            let (until, cut) = chain.attempts.pending();
+                            arm(this.timer.as_mut(), until);
+                            *this.cut = Some(cut);
+                            cut
+                        }
+                    };
                     if let Some(timer) = this.timer.as_mut().as_pin_mut() {
                         ready!(timer.poll(cx));
                     }
                     // The timer fired: drop the attempt in flight.
                     this.fut.set(None);
-                    match *this.role {
-                        Timer::AttemptTimeout(timeout) => {
-                            Err(E::from(Error::AttemptTimeout(timeout)))
-                        }
-                        Timer::Deadline => {
-                            return Poll::Ready(ControlFlow::Break(Err(chain.deadline_passed())));
-                        }
-                        Timer::Budget | Timer::None => {
-                            let error = E::from(Error::BudgetExhausted(chain.policy.max_elapsed()));
-                            return Poll::Ready(chain.give_up(error, GiveUp::Elapsed));
-                        }
+                    let (error, stop) = chain.attempts.cut(cut);
+                    let error = E::from(error);
+                    if let Some(reason) = stop {
+                        return Poll::Ready(chain.give_up(error, reason));
                     }
+                    Err(error)
                 }
             };
             // Drop the finished attempt before pausing.
@@ -319,7 +287,7 @@ impl<W> Chain<W> {
     fn deadline_passed<E: FromRuntimeError>(&mut self) -> E {
         let error = E::from(Error::DeadlineExceeded);
         self.notify(&Event::GaveUp {
-            attempt: self.attempt,
+            attempt: self.attempts.attempt(),
             error: &error,
             reason: GiveUp::Deadline,
         });
@@ -329,65 +297,39 @@ impl<W> Chain<W> {
     #[inline]
     fn succeeded<T, E>(&mut self, value: T) -> ControlFlow<Result<T, E>> {
         self.notify::<E>(&Event::Success {
-            attempt: self.attempt,
+            attempt: self.attempts.attempt(),
         });
         ControlFlow::Break(Ok(value))
     }
 
-    /// The rules of the runtime's executor: stop on a permanent error, on
-    /// the last attempt, when the pause would cross `max_elapsed` or the
-    /// caller's deadline; otherwise pause.
+    /// The runtime's rules decide: pause until `Continue(until)`, or stop.
     fn failed<T, E: FromRuntimeError>(
         &mut self,
         error: E,
         verdict: Verdict,
     ) -> ControlFlow<Result<T, E>, Instant> {
-        let attempt = self.attempt;
-        let stop = if !verdict.is_retryable() {
-            Some(GiveUp::Permanent)
-        } else if attempt >= self.policy.max_attempts() {
-            Some(GiveUp::Exhausted)
-        } else {
-            None
-        };
-        if let Some(reason) = stop {
-            return self.give_up(error, reason);
+        match self.attempts.failed(verdict) {
+            Next::Retry { delay, until } => {
+                self.notify(&Event::Retry {
+                    attempt: self.attempts.attempt(),
+                    delay,
+                    error: &error,
+                    verdict,
+                });
+                ControlFlow::Continue(until)
+            }
+            Next::GiveUp(GiveUp::Deadline) => {
+                // The hook sees the real error; the caller learns why we stopped.
+                let _ = self.give_up::<T, E, Instant>(error, GiveUp::Deadline);
+                ControlFlow::Break(Err(E::from(Error::DeadlineExceeded)))
+            }
+            Next::GiveUp(reason) => self.give_up(error, reason),
         }
-        let now = Instant::now();
-        let start = *self.start.get_or_insert(now);
-        let mut delay =
-            self.policy
-                .backoff()
-                .delay(attempt - 1, self.previous_delay, &mut self.rng);
-        self.previous_delay = delay;
-        if let Verdict::RetryAfter(asked) = verdict {
-            delay = delay.max(asked);
-        }
-        let budget_left = self
-            .policy
-            .max_elapsed()
-            .saturating_sub(now.saturating_duration_since(start));
-        let deadline_left = deadline::current().map(|at| at.saturating_duration_since(now));
-        if deadline_left.is_some_and(|left| left <= budget_left && delay >= left) {
-            // The hook sees the real error; the caller learns why we stopped.
-            let _ = self.give_up::<T, E, Instant>(error, GiveUp::Deadline);
-            return ControlFlow::Break(Err(E::from(Error::DeadlineExceeded)));
-        }
-        if delay >= budget_left {
-            return self.give_up(error, GiveUp::Elapsed);
-        }
-        self.notify(&Event::Retry {
-            attempt,
-            delay,
-            error: &error,
-            verdict,
-        });
-        ControlFlow::Continue(now + delay)
     }
 
     fn give_up<T, E, C>(&mut self, error: E, reason: GiveUp) -> ControlFlow<Result<T, E>, C> {
         self.notify(&Event::GaveUp {
-            attempt: self.attempt,
+            attempt: self.attempts.attempt(),
             error: &error,
             reason,
         });
@@ -459,8 +401,7 @@ impl BreakerSite {
     }
 }
 
-/// One logical call through the site's breaker: the whole retry chain
-/// inside counts once.
+/// One call through the site's breaker, for a fn without `#[retry]`.
 #[inline]
 pub fn breaker<Fut, T, E>(site: &'static BreakerSite, call: Fut) -> Call<'static, Fut>
 where
@@ -468,6 +409,27 @@ where
     E: Classify + FromRuntimeError,
 {
     site.get().call(call)
+}
+
+/// Asks the site's breaker for one logical call (the whole retry chain
+/// inside counts once). Dropping the permit without settling it counts
+/// nothing: the call was cancelled.
+#[inline]
+pub fn admit(site: &'static BreakerSite) -> Result<Permit<'static>, DependencyDown> {
+    site.get().try_acquire()
+}
+
+/// Records the call's outcome (classified by `E`) and passes it on.
+#[inline]
+pub fn settle<T, E: Classify>(permit: Permit<'static>, result: Result<T, E>) -> Result<T, E> {
+    permit.record(&result);
+    result
+}
+
+/// The caller's error for a call the breaker rejected.
+#[inline]
+pub fn reject<T, E: FromRuntimeError>(down: DependencyDown) -> Result<T, E> {
+    Err(E::from(Error::DependencyDown(down)))
 }
 
 /// What a call with a fallback came to.
@@ -480,30 +442,17 @@ pub enum Outcome<R> {
     Fallback,
 }
 
-/// Like [`breaker`], for a site with a fallback: says when the fallback
-/// must answer instead (logged at WARN and counted).
-pub async fn breaker_or_fallback<Fut, T, E>(
+/// Like [`settle`], for a site with a fallback: a transient error (what is
+/// left after the retries) hands the call to the fallback, logged at WARN
+/// and counted.
+pub fn settle_or_fallback<T, E>(
     site: &'static BreakerSite,
-    call: Fut,
+    permit: Permit<'static>,
+    result: Result<T, E>,
 ) -> Outcome<Result<T, E>>
 where
-    Fut: Future<Output = Result<T, E>>,
     E: Classify + FromRuntimeError,
 {
-    let breaker = site.get();
-    let permit = match breaker.try_acquire() {
-        Ok(permit) => permit,
-        Err(down) => {
-            site.fallbacks.fetch_add(1, Ordering::Relaxed);
-            tracing::warn!(
-                breaker = site.name,
-                state = down.state(),
-                "dependency down: the fallback answers"
-            );
-            return Outcome::Fallback;
-        }
-    };
-    let result = call.await;
     permit.record(&result);
     match &result {
         Err(error) if error.classify().is_retryable() => {
@@ -517,6 +466,18 @@ where
         }
         _ => Outcome::Done(result),
     }
+}
+
+/// A call the breaker rejected, at a site with a fallback: the fallback
+/// answers, logged at WARN and counted.
+pub fn rejected<R>(site: &'static BreakerSite, down: DependencyDown) -> Outcome<R> {
+    site.fallbacks.fetch_add(1, Ordering::Relaxed);
+    tracing::warn!(
+        breaker = site.name,
+        state = down.state(),
+        "dependency down: the fallback answers"
+    );
+    Outcome::Fallback
 }
 
 /// The error type of a protected fn must carry the runtime's own errors: a
@@ -549,10 +510,12 @@ pub fn clone_arg<T: AttemptArg>(arg: &T) -> T {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use resilience_runtime::deadline;
     use resilience_runtime::retry::HttpStatus;
     use std::cell::Cell;
+    use std::time::Duration;
 
-    #[derive(Debug, PartialEq)]
+    #[derive(Debug, Clone, PartialEq)]
     enum Failure {
         Status(u16),
         Runtime(Error),
@@ -567,51 +530,151 @@ mod tests {
     impl Classify for Failure {
         fn classify(&self) -> Verdict {
             match self {
+                Failure::Status(429) => {
+                    HttpStatus(429).with_retry_after(Some(Duration::from_secs(10)))
+                }
                 Failure::Status(code) => HttpStatus(*code).classify(),
                 Failure::Runtime(err) => err.classify(),
             }
         }
     }
 
-    static SITE: RetrySite = RetrySite::new(
-        "test",
-        PolicyBuilder::http().with_attempt_timeout(Duration::from_secs(1)),
-    );
+    /// One scripted attempt.
+    #[derive(Debug, Clone, Copy)]
+    enum Step {
+        Status(u16),
+        Hang,
+        Slow(u64, u16),
+    }
 
-    async fn run(script: &[Option<u16>]) -> (Result<u32, Failure>, u32) {
-        let calls = Cell::new(0usize);
-        let mut chain = retry(&SITE);
+    async fn step(script: &[Step], calls: &Cell<usize>) -> Result<u32, Failure> {
+        let step = script
+            .get(calls.get())
+            .copied()
+            .unwrap_or(Step::Status(200));
+        calls.set(calls.get() + 1);
+        let status = match step {
+            Step::Status(status) => status,
+            Step::Hang => std::future::pending().await,
+            Step::Slow(secs, status) => {
+                tokio::time::sleep(Duration::from_secs(secs)).await;
+                status
+            }
+        };
+        match status {
+            200 => Ok(7),
+            code => Err(Failure::Status(code)),
+        }
+    }
+
+    async fn by_chain(site: &'static RetrySite, script: &[Step]) -> (Result<u32, Failure>, usize) {
+        let calls = Cell::new(0);
+        let mut chain = retry(site);
         let result = loop {
-            let attempt = async {
-                let step = script[calls.get()];
-                calls.set(calls.get() + 1);
-                match step {
-                    None => std::future::pending().await,
-                    Some(200) => Ok(7),
-                    Some(code) => Err(Failure::Status(code)),
-                }
-            };
-            match chain.attempt(attempt).await {
+            match chain.attempt(step(script, &calls)).await {
                 ControlFlow::Break(result) => break result,
                 ControlFlow::Continue(()) => {}
             }
         };
-        (result, chain.attempt)
+        (result, calls.get())
+    }
+
+    async fn by_runtime(policy: Policy, script: &[Step]) -> (Result<u32, Failure>, usize) {
+        let calls = Cell::new(0);
+        let result = policy.retry(|| step(script, &calls)).await;
+        (result, calls.get())
+    }
+
+    static HTTP: RetrySite = RetrySite::new("private.http", PolicyBuilder::http());
+    static TIMEOUT: RetrySite = RetrySite::new(
+        "private.timeout",
+        PolicyBuilder::http().with_attempt_timeout(Duration::from_secs(1)),
+    );
+    static SHORT: RetrySite = RetrySite::new(
+        "private.short",
+        PolicyBuilder::http()
+            .with_max_attempts(5)
+            .with_max_elapsed(Duration::from_secs(2)),
+    );
+
+    /// A site, a script, a deadline in ms, the outcome, the attempts made.
+    type Case = (
+        &'static RetrySite,
+        &'static [Step],
+        Option<u64>,
+        Result<u32, Failure>,
+        usize,
+    );
+
+    /// The chain re-implements the runtime executor's rules for a loop the
+    /// expansion drives; both must agree on every outcome.
+    #[tokio::test(start_paused = true)]
+    async fn the_chain_agrees_with_the_runtime_executor() {
+        use Step::*;
+        let cases: &[Case] = &[
+            (
+                &HTTP,
+                &[Status(502), Status(502), Status(200)],
+                None,
+                Ok(7),
+                3,
+            ),
+            (&HTTP, &[Status(400)], None, Err(Failure::Status(400)), 1),
+            (&HTTP, &[Status(503); 3], None, Err(Failure::Status(503)), 3),
+            (&HTTP, &[Status(429)], None, Err(Failure::Status(429)), 1),
+            (&TIMEOUT, &[Hang, Status(200)], None, Ok(7), 2),
+            (
+                &SHORT,
+                &[Slow(3, 200)],
+                None,
+                Err(Failure::Runtime(Error::BudgetExhausted(
+                    Duration::from_secs(2),
+                ))),
+                1,
+            ),
+            (
+                &HTTP,
+                &[Status(503); 3],
+                Some(50),
+                Err(Failure::Runtime(Error::DeadlineExceeded)),
+                1,
+            ),
+            (
+                &HTTP,
+                &[Hang],
+                Some(0),
+                Err(Failure::Runtime(Error::DeadlineExceeded)),
+                0,
+            ),
+        ];
+        for (site, script, deadline_ms, expected, calls) in cases {
+            let (chain, runtime) = match deadline_ms {
+                None => (
+                    by_chain(site, script).await,
+                    by_runtime(site.policy(), script).await,
+                ),
+                Some(ms) => {
+                    let within = Duration::from_millis(*ms);
+                    (
+                        deadline::with_timeout(within, by_chain(site, script)).await,
+                        deadline::with_timeout(within, by_runtime(site.policy(), script)).await,
+                    )
+                }
+            };
+            assert_eq!(chain, runtime, "{script:?}");
+            assert_eq!(chain, (expected.clone(), *calls), "{script:?}");
+        }
     }
 
     #[tokio::test(start_paused = true)]
-    async fn the_chain_follows_the_runtime_rules() {
-        assert_eq!(run(&[Some(502), Some(502), Some(200)]).await, (Ok(7), 3));
-        assert_eq!(run(&[Some(400)]).await, (Err(Failure::Status(400)), 1));
-        assert_eq!(
-            run(&[Some(503), Some(503), Some(503)]).await,
-            (Err(Failure::Status(503)), 3)
-        );
-        assert_eq!(run(&[None, Some(200)]).await, (Ok(7), 2));
+    async fn a_hanging_attempt_is_cut_at_the_deadline() {
         let start = Instant::now();
-        let (result, attempts) =
-            deadline::with_timeout(Duration::from_millis(500), run(&[None])).await;
+        let (result, calls) = deadline::with_timeout(
+            Duration::from_millis(500),
+            by_chain(&TIMEOUT, &[Step::Hang]),
+        )
+        .await;
         assert_eq!(result, Err(Failure::Runtime(Error::DeadlineExceeded)));
-        assert_eq!((attempts, start.elapsed()), (1, Duration::from_millis(500)));
+        assert_eq!((calls, start.elapsed()), (1, Duration::from_millis(500)));
     }
 }

@@ -36,14 +36,20 @@ pub(crate) struct Plan<'a> {
 /// ```text
 /// async fn get_user(&self, id: i64) -> Result<User, Error> {
 ///     static BREAKER: BreakerSite = BreakerSite::new("user", <config>);
-///     breaker(&BREAKER, async {
-///         static RETRY: RetrySite = RetrySite::new("<module>::get_user", <policy>);
-///         let mut chain = retry(&RETRY);
-///         loop {
-///             let attempt = async { let id = clone_arg(&id); let ret: Result<User, Error> = { body }; ret };
-///             match chain.attempt(attempt).await { Break(result) => break result, Continue(()) => {} }
+///     match admit(&BREAKER) {
+///         Ok(permit) => {
+///             let result = {
+///                 static RETRY: RetrySite = RetrySite::new("<module>::get_user", <policy>);
+///                 let mut chain = retry(&RETRY);
+///                 loop {
+///                     let attempt = async { let id = clone_arg(&id); let ret: Result<User, Error> = { body }; ret };
+///                     match chain.attempt(attempt).await { Break(result) => break result, Continue(()) => {} }
+///                 }
+///             };
+///             settle(permit, result)
 ///         }
-///     }).await
+///         Err(down) => reject(down),
+///     }
 /// }
 /// ```
 pub(crate) fn expand(plan: Plan<'_>) -> TokenStream {
@@ -129,36 +135,70 @@ pub(crate) fn expand(plan: Plan<'_>) -> TokenStream {
     if let Some(args) = breaker {
         let name = site_name(args.name.as_ref().map(|n| n.value.as_str()), &sig.ident);
         let config = breaker_config(args);
+        // The breaker is asked inline, at the first poll: its permit lives
+        // in the fn's own future, and dropping the call drops the permit,
+        // which counts nothing (a cancelled call).
         let inner = match retry {
-            Some(_) => quote!(async { #body }),
-            None => attempt,
+            Some(_) => quote!({ #body }),
+            None => quote!(#attempt.await),
         };
         let site = quote! {
             static __RESILIENCE_BREAKER: ::resilience::__private::BreakerSite =
                 ::resilience::__private::BreakerSite::new(#name, #config);
         };
+        let admit = quote!(::resilience::__private::admit(&__RESILIENCE_BREAKER));
         body = match &args.fallback {
             Some(fallback) => {
                 let fallback = &fallback.value;
                 let forward = &params.forward;
-                let call =
-                    quote_spanned!(error_span=> ::resilience::__private::breaker_or_fallback);
+                let settle = quote_spanned! {error_span=>
+                    ::resilience::__private::settle_or_fallback(&__RESILIENCE_BREAKER, __resilience_permit, __resilience_result)
+                };
                 quote! {
                     #site
-                    match #call(&__RESILIENCE_BREAKER, #inner).await {
+                    let __resilience_outcome = match #admit {
+                        ::core::result::Result::Ok(__resilience_permit) => {
+                            let __resilience_result = #inner;
+                            #settle
+                        }
+                        ::core::result::Result::Err(__resilience_down) => {
+                            ::resilience::__private::rejected(&__RESILIENCE_BREAKER, __resilience_down)
+                        }
+                    };
+                    match __resilience_outcome {
                         ::resilience::__private::Outcome::Done(__resilience_result) => __resilience_result,
                         ::resilience::__private::Outcome::Fallback => #fallback(#(#forward),*).await,
                     }
                 }
             }
-            None => {
+            // Alone, the breaker's own `Call` future measured faster than
+            // the permit held across the attempt's `.await`.
+            None if retry.is_none() => {
                 let call = quote_spanned! {error_span=>
-                    ::resilience::__private::breaker(&__RESILIENCE_BREAKER, __resilience_inner).await
+                    ::resilience::__private::breaker(&__RESILIENCE_BREAKER, __resilience_attempt).await
                 };
                 quote! {
                     #site
-                    let __resilience_inner = #inner;
+                    let __resilience_attempt = #attempt;
                     #call
+                }
+            }
+            None => {
+                let settle = quote_spanned! {error_span=>
+                    ::resilience::__private::settle(__resilience_permit, __resilience_result)
+                };
+                let reject = quote_spanned! {error_span=>
+                    ::resilience::__private::reject(__resilience_down)
+                };
+                quote! {
+                    #site
+                    match #admit {
+                        ::core::result::Result::Ok(__resilience_permit) => {
+                            let __resilience_result = #inner;
+                            #settle
+                        }
+                        ::core::result::Result::Err(__resilience_down) => #reject,
+                    }
                 }
             }
         };

@@ -11,8 +11,8 @@ use rand::rngs::SmallRng;
 use rand::{RngCore, SeedableRng};
 use tokio::time::{Instant, Sleep};
 
+use super::attempts::{Attempts, Cut, Next};
 use super::{Classify, Policy, Verdict};
-use crate::deadline;
 use crate::error::Error;
 
 /// Decides, at one call site, whether an error is worth retrying.
@@ -182,15 +182,6 @@ impl RngCore for LazyRng {
     }
 }
 
-// What the timer is armed for while an attempt runs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum TimerRole {
-    None,
-    AttemptTimeout(Duration),
-    Deadline,
-    Budget,
-}
-
 pin_project! {
     #[project = StateProj]
     enum State<Fut> {
@@ -222,15 +213,12 @@ pin_project! {
     #[must_use = "a retry chain does nothing unless it is `.await`ed"]
     #[project = RetryProj]
     pub struct Retry<F, Fut, N = Quiet, W = ByClassify, R = LazyRng> {
-        policy: Policy,
+        attempts: Attempts<R>,
         op: F,
         notify: N,
         when: W,
-        rng: R,
-        attempt: u32,
-        start: Option<Instant>,
-        previous_delay: Duration,
-        timer_role: TimerRole,
+        // What the timer is armed for while an attempt runs.
+        cut: Option<Cut>,
         #[pin]
         timer: Option<Sleep>,
         #[pin]
@@ -248,19 +236,7 @@ impl Policy {
         F: FnMut() -> Fut,
         Fut: Future<Output = Result<T, E>>,
     {
-        Retry {
-            policy: self,
-            op,
-            notify: Quiet,
-            when: ByClassify,
-            rng: LazyRng(None),
-            attempt: 0,
-            start: None,
-            previous_delay: Duration::ZERO,
-            timer_role: TimerRole::None,
-            timer: None,
-            state: State::Idle,
-        }
+        Retry::fresh(Attempts::new(self), op, Quiet, ByClassify)
     }
 }
 
@@ -280,13 +256,9 @@ where
     /// Like [`notify`](Self::notify), for any [`Notify`] implementation.
     pub fn notify_with<N2: Notify<E>>(self, notify: N2) -> Retry<F, Fut, N2, W, R> {
         let Retry {
-            policy,
-            op,
-            when,
-            rng,
-            ..
+            attempts, op, when, ..
         } = self;
-        Retry::fresh(policy, op, notify, when, rng)
+        Retry::fresh(attempts, op, notify, when)
     }
 
     /// Classifies errors with `when` instead of their [`Classify`] impl;
@@ -297,13 +269,12 @@ where
         V: Into<Verdict>,
     {
         let Retry {
-            policy,
+            attempts,
             op,
             notify,
-            rng,
             ..
         } = self;
-        Retry::fresh(policy, op, notify, when, rng)
+        Retry::fresh(attempts, op, notify, when)
     }
 
     /// Draws jitter from `rng`: a seeded generator makes a schedule
@@ -311,28 +282,26 @@ where
     /// production: identical jitter is no jitter.
     pub fn with_rng<R2: RngCore>(self, rng: R2) -> Retry<F, Fut, N, W, R2> {
         let Retry {
-            policy,
+            attempts,
             op,
             notify,
             when,
             ..
         } = self;
-        Retry::fresh(policy, op, notify, when, rng)
+        let policy = *attempts.policy();
+        Retry::fresh(Attempts::with_rng(policy, rng), op, notify, when)
     }
 }
 
 impl<F, Fut, N, W, R> Retry<F, Fut, N, W, R> {
-    fn fresh(policy: Policy, op: F, notify: N, when: W, rng: R) -> Self {
+    #[inline]
+    fn fresh(attempts: Attempts<R>, op: F, notify: N, when: W) -> Self {
         Retry {
-            policy,
+            attempts,
             op,
             notify,
             when,
-            rng,
-            attempt: 0,
-            start: None,
-            previous_delay: Duration::ZERO,
-            timer_role: TimerRole::None,
+            cut: None,
             timer: None,
             state: State::Idle,
         }
@@ -340,32 +309,33 @@ impl<F, Fut, N, W, R> Retry<F, Fut, N, W, R> {
 
     /// Attempts started so far.
     pub fn attempts(&self) -> u32 {
-        self.attempt
+        self.attempts.attempt()
     }
 
     /// The policy this chain runs under.
     pub fn policy(&self) -> &Policy {
-        &self.policy
+        self.attempts.policy()
     }
 }
 
 impl<F, Fut, N, W, R> fmt::Debug for Retry<F, Fut, N, W, R> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Retry")
-            .field("policy", &self.policy)
-            .field("attempt", &self.attempt)
-            .field("start", &self.start)
+            .field("policy", self.attempts.policy())
+            .field("attempt", &self.attempts.attempt())
+            .field("started", &self.attempts.started())
             .finish_non_exhaustive()
     }
 }
 
 impl<F, Fut, N, W, R> RetryProj<'_, F, Fut, N, W, R> {
+    #[inline]
     fn give_up<T, E>(&mut self, error: E, reason: GiveUp) -> Poll<Result<T, E>>
     where
         N: Notify<E>,
     {
         self.notify.notify(&Event::GaveUp {
-            attempt: *self.attempt,
+            attempt: self.attempts.attempt(),
             error: &error,
             reason,
         });
@@ -397,35 +367,18 @@ where
         loop {
             match this.state.as_mut().project() {
                 StateProj::Idle => {
-                    *this.timer_role = TimerRole::None;
-                    let deadline = deadline::current();
-                    let timeout = this.policy.attempt_timeout();
-                    // A first attempt without a deadline or an attempt timeout
-                    // reads no clock: it is timed from its first `Pending`.
-                    if deadline.is_some() || timeout.is_some() || this.start.is_some() {
-                        let now = Instant::now();
-                        let start = *this.start.get_or_insert(now);
-                        if deadline.is_some_and(|deadline| deadline <= now) {
+                    *this.cut = None;
+                    match this.attempts.begin() {
+                        Ok(None) => {}
+                        Ok(Some((until, cut))) => {
+                            arm(this.timer.as_mut(), until);
+                            *this.cut = Some(cut);
+                        }
+                        Err(reason) => {
                             let error = E::from(Error::DeadlineExceeded);
-                            return this.give_up(error, GiveUp::Deadline);
+                            return this.give_up(error, reason);
                         }
-                        // Whichever comes first cuts the attempt; on a tie the
-                        // caller's deadline wins, then the whole budget.
-                        let mut until = (start + this.policy.max_elapsed(), TimerRole::Budget);
-                        if let Some(timeout) = timeout {
-                            if now + timeout < until.0 {
-                                until = (now + timeout, TimerRole::AttemptTimeout(timeout));
-                            }
-                        }
-                        if let Some(deadline) = deadline {
-                            if deadline <= until.0 {
-                                until = (deadline, TimerRole::Deadline);
-                            }
-                        }
-                        arm(this.timer.as_mut(), until.0);
-                        *this.timer_role = until.1;
                     }
-                    *this.attempt += 1;
                     let fut = (this.op)();
                     this.state.set(State::Running { fut });
                 }
@@ -433,37 +386,33 @@ where
                     let result = match fut.poll(cx) {
                         Poll::Ready(result) => result,
                         Poll::Pending => {
-                            if *this.timer_role == TimerRole::None {
-                                let start = *this.start.get_or_insert_with(Instant::now);
-                                arm(this.timer.as_mut(), start + this.policy.max_elapsed());
-                                *this.timer_role = TimerRole::Budget;
-                            }
+                            let cut = match *this.cut {
+                                Some(cut) => cut,
+                                None => {
+                                    let (until, cut) = this.attempts.pending();
+                                    arm(this.timer.as_mut(), until);
+                                    *this.cut = Some(cut);
+                                    cut
+                                }
+                            };
                             if let Some(timer) = this.timer.as_mut().as_pin_mut() {
                                 ready!(timer.poll(cx));
                             }
                             // The timer fired: drop the attempt in flight.
                             this.state.set(State::Idle);
-                            match *this.timer_role {
-                                TimerRole::AttemptTimeout(timeout) => {
-                                    Err(E::from(Error::AttemptTimeout(timeout)))
-                                }
-                                TimerRole::Deadline => {
-                                    // Permanent, whatever a custom classifier would say.
-                                    let error = E::from(Error::DeadlineExceeded);
-                                    return this.give_up(error, GiveUp::Deadline);
-                                }
-                                TimerRole::Budget | TimerRole::None => {
-                                    let error =
-                                        E::from(Error::BudgetExhausted(this.policy.max_elapsed()));
-                                    return this.give_up(error, GiveUp::Elapsed);
-                                }
+                            let (error, stop) = this.attempts.cut(cut);
+                            let error = E::from(error);
+                            if let Some(reason) = stop {
+                                // Final whatever a custom classifier would say.
+                                return this.give_up(error, reason);
                             }
+                            Err(error)
                         }
                     };
-                    let attempt = *this.attempt;
                     let error = match result {
                         Ok(value) => {
                             this.state.set(State::Done);
+                            let attempt = this.attempts.attempt();
                             this.notify.notify(&Event::Success { attempt });
                             return Poll::Ready(Ok(value));
                         }
@@ -472,47 +421,26 @@ where
                     // Drop the finished attempt before pausing.
                     this.state.set(State::Idle);
                     let verdict = this.when.when(&error);
-                    let stop = if !verdict.is_retryable() {
-                        Some(GiveUp::Permanent)
-                    } else if attempt >= this.policy.max_attempts() {
-                        Some(GiveUp::Exhausted)
-                    } else {
-                        None
-                    };
-                    if let Some(reason) = stop {
-                        return this.give_up(error, reason);
+                    match this.attempts.failed(verdict) {
+                        Next::Retry { delay, until } => {
+                            let attempt = this.attempts.attempt();
+                            this.notify.notify(&Event::Retry {
+                                attempt,
+                                delay,
+                                error: &error,
+                                verdict,
+                            });
+                            drop(error);
+                            arm(this.timer.as_mut(), until);
+                            this.state.set(State::Pausing);
+                        }
+                        Next::GiveUp(GiveUp::Deadline) => {
+                            // The hook sees the real error; the caller learns why we stopped.
+                            let _ = this.give_up::<T, E>(error, GiveUp::Deadline);
+                            return Poll::Ready(Err(E::from(Error::DeadlineExceeded)));
+                        }
+                        Next::GiveUp(reason) => return this.give_up(error, reason),
                     }
-
-                    let now = Instant::now();
-                    let start = *this.start.get_or_insert(now);
-                    let mut delay =
-                        this.policy
-                            .backoff()
-                            .delay(attempt - 1, *this.previous_delay, this.rng);
-                    *this.previous_delay = delay;
-                    if let Verdict::RetryAfter(asked) = verdict {
-                        delay = delay.max(asked);
-                    }
-                    let budget_left = this.policy.max_elapsed().saturating_sub(now - start);
-                    let deadline_left =
-                        deadline::current().map(|at| at.saturating_duration_since(now));
-                    if deadline_left.is_some_and(|left| left <= budget_left && delay >= left) {
-                        // The hook sees the real error; the caller learns why we stopped.
-                        let _ = this.give_up::<T, E>(error, GiveUp::Deadline);
-                        return Poll::Ready(Err(E::from(Error::DeadlineExceeded)));
-                    }
-                    if delay >= budget_left {
-                        return this.give_up(error, GiveUp::Elapsed);
-                    }
-                    this.notify.notify(&Event::Retry {
-                        attempt,
-                        delay,
-                        error: &error,
-                        verdict,
-                    });
-                    drop(error);
-                    arm(this.timer.as_mut(), now + delay);
-                    this.state.set(State::Pausing);
                 }
                 StateProj::Pausing => {
                     if let Some(timer) = this.timer.as_mut().as_pin_mut() {

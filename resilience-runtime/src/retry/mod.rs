@@ -8,7 +8,8 @@
 //!   with the presets `http`, `background` and `db_tx`;
 //! - [`Classify`]: the one source of truth on what may be retried (SPEC §2);
 //! - [`Retry`]: the executor, a future that runs an async operation under a
-//!   policy.
+//!   policy;
+//! - [`Attempts`]: the same rules for code that drives its own loop.
 //!
 //! ```
 //! use resilience_runtime::retry::{HttpStatus, Policy};
@@ -37,12 +38,14 @@
 //! # }
 //! ```
 
+mod attempts;
 mod backoff;
 mod classify;
 mod executor;
 mod policy;
 mod retry_after;
 
+pub use attempts::{Attempts, Cut, Next};
 pub use backoff::{Backoff, Delays, Growth, Jitter, MIN_JITTER};
 pub use classify::{Classify, HttpStatus, Reason, SqlState, Verdict};
 pub use executor::{ByClassify, Event, GiveUp, LazyRng, Notify, Quiet, Retry, When};

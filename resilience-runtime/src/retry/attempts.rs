@@ -1,0 +1,220 @@
+//! The rules of one retry chain, for code that drives its own attempts.
+
+use std::time::Duration;
+
+use rand::RngCore;
+use tokio::time::Instant;
+
+use super::{GiveUp, LazyRng, Policy, Verdict};
+use crate::deadline;
+use crate::error::Error;
+
+/// What cuts an attempt in flight short.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Cut {
+    /// The policy's per-attempt timeout: the attempt failed with
+    /// [`Error::AttemptTimeout`], a transient error like any other.
+    AttemptTimeout(Duration),
+    /// The caller's deadline: the chain stops with [`Error::DeadlineExceeded`].
+    Deadline,
+    /// The chain's `max_elapsed` budget: the chain stops with
+    /// [`Error::BudgetExhausted`].
+    Budget,
+}
+
+/// What comes after a failed attempt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Next {
+    /// Pause for `delay`, until `until`, then start the next attempt.
+    Retry {
+        /// The pause.
+        delay: Duration,
+        /// When the pause ends.
+        until: Instant,
+    },
+    /// Stop. With [`GiveUp::Deadline`] the caller gets
+    /// [`Error::DeadlineExceeded`]; otherwise the attempt's own error.
+    GiveUp(GiveUp),
+}
+
+/// The bookkeeping of one retry chain — attempts made, time spent, jitter
+/// drawn — and the rules that decide what comes next (SPEC §1 and §4).
+///
+/// [`Retry`](super::Retry) is built on it, and so is the code of the
+/// `#[retry]` macro, which runs the fn body inline in a loop. Use it for a
+/// loop of your own: call [`begin`](Self::begin) before each attempt,
+/// [`pending`](Self::pending) when an attempt without a timer is first
+/// pending, [`cut`](Self::cut) when a timer fires, and
+/// [`failed`](Self::failed) when an attempt fails.
+///
+/// A first attempt without a deadline or an attempt timeout reads no clock
+/// unless it is pending, so a call that succeeds at once costs no clock
+/// read, no timer and no random number.
+///
+/// ```
+/// use resilience_runtime::retry::{Attempts, Next, Policy, Verdict};
+///
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)] async fn main() {
+/// let mut attempts = Attempts::new(Policy::http());
+/// let mut statuses = [503, 503, 200].into_iter();
+/// let status = loop {
+///     attempts.begin().expect("no deadline in scope");
+///     match statuses.next() {
+///         Some(200) => break Ok(200),
+///         Some(status) => match attempts.failed(Verdict::Transient) {
+///             Next::Retry { until, .. } => tokio::time::sleep_until(until).await,
+///             Next::GiveUp(reason) => break Err((status, reason)),
+///         },
+///         None => unreachable!(),
+///     }
+/// };
+/// assert_eq!(status, Ok(200));
+/// assert_eq!(attempts.attempt(), 3);
+/// # }
+/// ```
+#[derive(Debug)]
+pub struct Attempts<R = LazyRng> {
+    policy: Policy,
+    attempt: u32,
+    start: Option<Instant>,
+    previous_delay: Duration,
+    rng: R,
+}
+
+impl Attempts {
+    /// A chain under `policy`, with the default jitter source.
+    #[inline]
+    pub fn new(policy: Policy) -> Self {
+        Self::with_rng(policy, LazyRng::default())
+    }
+}
+
+impl<R> Attempts<R> {
+    /// A chain under `policy` drawing jitter from `rng`.
+    #[inline]
+    pub fn with_rng(policy: Policy, rng: R) -> Self {
+        Self {
+            policy,
+            attempt: 0,
+            start: None,
+            previous_delay: Duration::ZERO,
+            rng,
+        }
+    }
+
+    /// The policy in force.
+    #[inline]
+    pub fn policy(&self) -> &Policy {
+        &self.policy
+    }
+
+    /// Attempts started so far; the current one while it runs.
+    #[inline]
+    pub fn attempt(&self) -> u32 {
+        self.attempt
+    }
+
+    /// When the chain started, once a clock was read.
+    #[inline]
+    pub fn started(&self) -> Option<Instant> {
+        self.start
+    }
+
+    /// Starts the next attempt and says which timer, if any, must cut it:
+    /// the earliest of the per-attempt timeout, the caller's deadline and
+    /// the chain's budget (on a tie the deadline wins, then the budget).
+    ///
+    /// `Err(GiveUp::Deadline)` when the caller's deadline has already
+    /// passed: no attempt may start, the caller gets
+    /// [`Error::DeadlineExceeded`].
+    #[inline]
+    pub fn begin(&mut self) -> Result<Option<(Instant, Cut)>, GiveUp> {
+        let deadline = deadline::current();
+        let timeout = self.policy.attempt_timeout();
+        let mut timer = None;
+        if deadline.is_some() || timeout.is_some() || self.start.is_some() {
+            let now = Instant::now();
+            let start = *self.start.get_or_insert(now);
+            if deadline.is_some_and(|deadline| deadline <= now) {
+                return Err(GiveUp::Deadline);
+            }
+            let mut until = (start + self.policy.max_elapsed(), Cut::Budget);
+            if let Some(timeout) = timeout {
+                if now + timeout < until.0 {
+                    until = (now + timeout, Cut::AttemptTimeout(timeout));
+                }
+            }
+            if let Some(deadline) = deadline {
+                if deadline <= until.0 {
+                    until = (deadline, Cut::Deadline);
+                }
+            }
+            timer = Some(until);
+        }
+        self.attempt += 1;
+        Ok(timer)
+    }
+
+    /// The attempt in flight is pending and [`begin`](Self::begin) armed no
+    /// timer: from now on it runs under the chain's budget.
+    #[inline]
+    pub fn pending(&mut self) -> (Instant, Cut) {
+        let start = *self.start.get_or_insert_with(Instant::now);
+        (start + self.policy.max_elapsed(), Cut::Budget)
+    }
+
+    /// A timer fired: the runtime error the attempt ends with, and whether
+    /// the chain stops (`Some`) or the error is classified like any other
+    /// (`None`, a per-attempt timeout).
+    pub fn cut(&self, cut: Cut) -> (Error, Option<GiveUp>) {
+        match cut {
+            Cut::AttemptTimeout(timeout) => (Error::AttemptTimeout(timeout), None),
+            Cut::Deadline => (Error::DeadlineExceeded, Some(GiveUp::Deadline)),
+            Cut::Budget => (
+                Error::BudgetExhausted(self.policy.max_elapsed()),
+                Some(GiveUp::Elapsed),
+            ),
+        }
+    }
+}
+
+impl<R: RngCore> Attempts<R> {
+    /// The current attempt failed with an error judged `verdict`: stop on a
+    /// permanent error, after the last attempt, or when the pause would
+    /// cross the budget or the caller's deadline (never sleep uselessly);
+    /// otherwise pause for `max(backoff, Retry-After)`.
+    pub fn failed(&mut self, verdict: Verdict) -> Next {
+        if !verdict.is_retryable() {
+            return Next::GiveUp(GiveUp::Permanent);
+        }
+        if self.attempt >= self.policy.max_attempts() {
+            return Next::GiveUp(GiveUp::Exhausted);
+        }
+        let now = Instant::now();
+        let start = *self.start.get_or_insert(now);
+        let retry = self.attempt.saturating_sub(1);
+        let mut delay = self
+            .policy
+            .backoff()
+            .delay(retry, self.previous_delay, &mut self.rng);
+        self.previous_delay = delay;
+        if let Verdict::RetryAfter(asked) = verdict {
+            delay = delay.max(asked);
+        }
+        let budget_left = self
+            .policy
+            .max_elapsed()
+            .saturating_sub(now.saturating_duration_since(start));
+        let deadline_left = deadline::current().map(|at| at.saturating_duration_since(now));
+        if deadline_left.is_some_and(|left| left <= budget_left && delay >= left) {
+            return Next::GiveUp(GiveUp::Deadline);
+        }
+        if delay >= budget_left {
+            return Next::GiveUp(GiveUp::Elapsed);
+        }
+        Next::Retry {
+            delay,
+            until: now + delay,
+        }
+    }
+}
