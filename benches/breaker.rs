@@ -161,7 +161,9 @@ fn single_thread(c: &mut Criterion) {
 
     println!(
         "allocations per call: baseline {}, closed {}, open {}",
-        allocations_per_call(|| drop(black_box(baseline()))),
+        allocations_per_call(|| {
+            black_box(baseline());
+        }),
         allocations_per_call(|| drop(poll_once(closed.call(get_user(7))))),
         allocations_per_call(|| drop(poll_once(open.call(get_user(7))))),
     );
