@@ -5,7 +5,6 @@
 //! `cargo bench --bench macros -- --warm-up-time 1 --measurement-time 3`
 
 use std::hint::black_box;
-use std::pin::pin;
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use resilience::retry::Policy;

@@ -5,7 +5,6 @@
 //! `cargo bench --bench retry`
 
 use std::hint::black_box;
-use std::pin::pin;
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use resilience::retry::Policy;
