@@ -7,17 +7,17 @@
 //! `cargo bench --bench breaker -- --warm-up-time 1 --measurement-time 3`
 
 use std::alloc::{GlobalAlloc, Layout, System};
-use std::future::Future;
 use std::hint::black_box;
-use std::pin::pin;
 use std::sync::Barrier;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
-use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use resilience::breaker::{BreakerConfig, CircuitBreaker, State};
 use resilience::retry::{Classify, HttpStatus, Verdict};
+
+mod common;
+use common::poll_once;
 
 /// Counts heap allocations, to check the paths measured here make none.
 struct Counting;
@@ -73,15 +73,6 @@ async fn get_user(id: u64) -> Result<u64, ClientError> {
 #[inline(never)]
 async fn broken(_: u64) -> Result<u64, ClientError> {
     Err(ClientError::Status(503))
-}
-
-#[inline(always)]
-fn poll_once<F: Future>(fut: F) -> F::Output {
-    let mut cx = Context::from_waker(Waker::noop());
-    match pin!(fut).poll(&mut cx) {
-        Poll::Ready(out) => out,
-        Poll::Pending => unreachable!("the benchmarked future is always ready"),
-    }
 }
 
 static SHARED: AtomicU64 = AtomicU64::new(0);
@@ -161,7 +152,9 @@ fn single_thread(c: &mut Criterion) {
 
     println!(
         "allocations per call: baseline {}, closed {}, open {}",
-        allocations_per_call(|| drop(black_box(baseline()))),
+        allocations_per_call(|| {
+            black_box(baseline());
+        }),
         allocations_per_call(|| drop(poll_once(closed.call(get_user(7))))),
         allocations_per_call(|| drop(poll_once(open.call(get_user(7))))),
     );

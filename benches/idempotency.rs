@@ -5,10 +5,7 @@
 //! `cargo bench --bench idempotency --features idempotency-server`
 
 use std::convert::Infallible;
-use std::future::Future;
 use std::hint::black_box;
-use std::pin::pin;
-use std::task::{Context, Poll, Waker};
 
 use axum::body::Body;
 use axum::http::{Method, Request, Response, StatusCode};
@@ -16,16 +13,8 @@ use criterion::{Criterion, criterion_group, criterion_main};
 use resilience::idempotency::server::{IdempotencyLayer, MemoryStore};
 use tower::{Layer, Service, service_fn};
 
-// Every future here is ready at its first poll (the memory store never
-// waits), so no executor's costs enter the measurement.
-#[inline(always)]
-fn poll_once<F: Future>(fut: F) -> F::Output {
-    let mut cx = Context::from_waker(Waker::noop());
-    match pin!(fut).poll(&mut cx) {
-        Poll::Ready(out) => out,
-        Poll::Pending => unreachable!("the benchmarked future is always ready"),
-    }
-}
+mod common;
+use common::poll_once;
 
 fn request(method: Method, key: Option<&'static str>) -> Request<Body> {
     let mut builder = Request::builder().method(method).uri("/payments");

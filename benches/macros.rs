@@ -4,14 +4,14 @@
 //!
 //! `cargo bench --bench macros -- --warm-up-time 1 --measurement-time 3`
 
-use std::future::Future;
 use std::hint::black_box;
-use std::pin::pin;
-use std::task::{Context, Poll, Waker};
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use resilience::retry::Policy;
 use resilience::{circuit_breaker, retry};
+
+mod common;
+use common::poll_once;
 
 type Error = std::io::Error;
 
@@ -82,17 +82,6 @@ async fn get_user_by_hand(id: u64) -> Result<u64, Error> {
             .expect("a valid policy")
     });
     policy.retry(|| async move { Ok(black_box(id) + 1) }).await
-}
-
-// Polls a future that is ready at its first poll, without an executor's
-// own costs in the measurement.
-#[inline(always)]
-fn poll_once<F: Future>(fut: F) -> F::Output {
-    let mut cx = Context::from_waker(Waker::noop());
-    match pin!(fut).poll(&mut cx) {
-        Poll::Ready(out) => out,
-        Poll::Pending => unreachable!("the benchmarked future is always ready"),
-    }
 }
 
 fn retry_success_path(c: &mut Criterion) {

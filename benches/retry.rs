@@ -4,28 +4,17 @@
 //!
 //! `cargo bench --bench retry`
 
-use std::future::Future;
 use std::hint::black_box;
-use std::pin::pin;
-use std::task::{Context, Poll, Waker};
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use resilience::retry::Policy;
 
+mod common;
+use common::poll_once;
+
 #[inline(never)]
 async fn get_user(id: u64) -> Result<u64, std::io::Error> {
     Ok(black_box(id) + 1)
-}
-
-// Polls a future that is ready at its first poll, as an executor would,
-// without an executor's own costs in the measurement.
-#[inline(always)]
-fn poll_once<F: Future>(fut: F) -> F::Output {
-    let mut cx = Context::from_waker(Waker::noop());
-    match pin!(fut).poll(&mut cx) {
-        Poll::Ready(out) => out,
-        Poll::Pending => unreachable!("the benchmarked future is always ready"),
-    }
 }
 
 fn success_path(c: &mut Criterion) {

@@ -38,6 +38,10 @@ pub struct SlowCall {
 /// `half_open` probes through: all of them succeed → closed, one fails →
 /// open for another cooldown.
 ///
+/// The rule is checked when a call fails (or is slow), as gobreaker's
+/// `ReadyToTrip`: a success never trips the breaker, even the one that
+/// brings the window up to `min` calls; the next failure does.
+///
 /// # Default
 ///
 /// [`BreakerConfig::new`]: min 20 calls, ratio 0.5, a 60 s time window,

@@ -98,6 +98,18 @@ use crate::telemetry::{self, Labels};
 
 type Hook = Box<dyn Fn(&'static str, State, State) + Send + Sync>;
 
+/// The state word on a cache line of its own, so that the writes of
+/// transitions and ticks to the fields around it never evict it.
+#[repr(align(64))]
+struct Padded<T>(T);
+
+impl<T> std::ops::Deref for Padded<T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        &self.0
+    }
+}
+
 /// A circuit breaker protecting one dependency.
 ///
 /// Cloning gives another handle to the same breaker. Breakers are usually
@@ -138,10 +150,8 @@ pub struct CircuitBreaker {
 }
 
 struct Inner {
-    /// Read by every call; see [`state`] for the layout. Its cache line is
-    /// shared with fields written only at transitions and bucket
-    /// boundaries, so it stays in every core's cache between them.
-    state: AtomicU64,
+    /// Read by every call; see [`state`] for the layout.
+    state: Padded<AtomicU64>,
     name: &'static str,
     /// `service` and `target` (the name) of its metrics.
     labels: Labels,
@@ -237,7 +247,7 @@ impl CircuitBreaker {
         telemetry::breaker_created(labels, State::Closed);
         CircuitBreaker {
             inner: Arc::new(Inner {
-                state: AtomicU64::new(Word::new(CLOSED, false, 0, NO_TICKER).0),
+                state: Padded(AtomicU64::new(Word::new(CLOSED, false, 0, NO_TICKER).0)),
                 name,
                 labels,
                 config,

@@ -1,3 +1,4 @@
+use std::fmt;
 use std::time::Duration;
 
 use super::*;
@@ -205,4 +206,55 @@ fn a_file_on_disk_is_read() {
             .min_requests(),
         10
     );
+}
+
+/// Records the WARN events emitted while it is the thread's subscriber.
+#[derive(Clone, Default)]
+struct Warnings(std::sync::Arc<std::sync::Mutex<Vec<String>>>);
+
+impl tracing::Subscriber for Warnings {
+    fn enabled(&self, metadata: &tracing::Metadata<'_>) -> bool {
+        *metadata.level() == tracing::Level::WARN
+    }
+    fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
+        tracing::span::Id::from_u64(1)
+    }
+    fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
+    fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
+    fn event(&self, event: &tracing::Event<'_>) {
+        struct Text(String);
+        impl tracing::field::Visit for Text {
+            fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn fmt::Debug) {
+                self.0.push_str(&format!("{}={value:?} ", field.name()));
+            }
+        }
+        let mut text = Text(String::new());
+        event.record(&mut text);
+        self.0.lock().unwrap().push(text.0);
+    }
+    fn enter(&self, _: &tracing::span::Id) {}
+    fn exit(&self, _: &tracing::span::Id) {}
+}
+
+#[test]
+fn a_conflicting_registration_is_warned_once_naming_both() {
+    let warnings = Warnings::default();
+    let r = registry();
+    tracing::subscriber::with_default(warnings.clone(), || {
+        r.breaker("billing", BreakerConfig::new().with_min_requests(7));
+        r.breaker("billing", BreakerConfig::new().with_min_requests(7));
+        for _ in 0..3 {
+            r.breaker("billing", BreakerConfig::new().with_min_requests(99));
+        }
+    });
+    let seen = warnings.0.lock().unwrap();
+    assert_eq!(seen.len(), 1, "{seen:?}");
+    let warning = &seen[0];
+    assert!(warning.contains("breaker=\"billing\""), "{warning}");
+    assert!(warning.contains("min_requests: 7"), "the first: {warning}");
+    assert!(
+        warning.contains("min_requests: 99"),
+        "the ignored one: {warning}"
+    );
+    assert!(warning.contains("first registration wins"), "{warning}");
 }
