@@ -10,31 +10,20 @@
 //! cargo bench --bench metrics --no-default-features -- --warm-up-time 1 --measurement-time 3
 //! ```
 
-use std::future::Future;
 use std::hint::black_box;
-use std::pin::pin;
-use std::task::{Context, Poll, Waker};
 
 use criterion::{Criterion, criterion_group};
 use resilience::retry::Policy;
 use resilience::telemetry::{self, Labels, RetryMetrics};
+
+mod common;
+use common::poll_once;
 
 const USERS: Labels = Labels::new("checkout", "users");
 
 #[inline(never)]
 async fn get_user(id: u64) -> Result<u64, std::io::Error> {
     Ok(black_box(id) + 1)
-}
-
-// Polls a future that is ready at its first poll, as an executor would,
-// without an executor's own costs in the measurement.
-#[inline(always)]
-fn poll_once<F: Future>(fut: F) -> F::Output {
-    let mut cx = Context::from_waker(Waker::noop());
-    match pin!(fut).poll(&mut cx) {
-        Poll::Ready(out) => out,
-        Poll::Pending => unreachable!("the benchmarked future is always ready"),
-    }
 }
 
 #[inline(always)]
