@@ -31,13 +31,14 @@ pub(crate) fn breaker_transition(labels: Labels, from: State, to: State, forced:
 
 /// A call rejected without running: `dependency_errors_total{reason =
 /// "circuit_open"}`, once per logical call.
+#[inline]
 pub(crate) fn breaker_rejected(labels: Labels) {
     tracing::debug!(
         target: "resilience",
         breaker = labels.target(),
         "call rejected by the circuit breaker"
     );
-    emit::increment(
+    emit::increment_unscoped(
         DEPENDENCY_ERRORS_TOTAL,
         labels,
         &[("reason", Reason::CircuitOpen.as_str())],

@@ -45,7 +45,7 @@ mod facade {
         }
     }
 
-    #[inline]
+    #[inline(always)]
     pub(crate) fn installed() -> bool {
         metrics::with_recorder(is_real)
     }
@@ -67,7 +67,9 @@ mod facade {
         Histogram,
     }
 
-    /// The slow path, out of line so that the quiet one stays a flag test.
+    /// The slow path, out of line: its callers test [`installed`] inline
+    /// first, so that without a recorder no argument is even moved for it.
+    /// Looks the recorder up again, since it needs the reference.
     #[inline(never)]
     fn record(
         kind: Kind,
@@ -103,14 +105,28 @@ mod facade {
         labels: Labels,
         extra: &[(&'static str, &'static str)],
     ) {
-        if !QUIET.get() {
+        if !QUIET.get() && installed() {
+            record(Kind::Counter, name, labels, extra, 1.0)
+        }
+    }
+
+    /// For emissions that no quiet scope can cover (a breaker's
+    /// rejection happens before any attempt runs): straight to the one
+    /// recorder lookup, without reading the quiet flag first.
+    #[inline(always)]
+    pub(crate) fn increment_unscoped(
+        name: &'static str,
+        labels: Labels,
+        extra: &[(&'static str, &'static str)],
+    ) {
+        if installed() {
             record(Kind::Counter, name, labels, extra, 1.0)
         }
     }
 
     #[inline(always)]
     pub(crate) fn gauge(name: &'static str, labels: Labels, value: f64) {
-        if !QUIET.get() {
+        if !QUIET.get() && installed() {
             record(Kind::Gauge, name, labels, &[], value)
         }
     }
@@ -122,7 +138,7 @@ mod facade {
         extra: &[(&'static str, &'static str)],
         value: f64,
     ) {
-        if !QUIET.get() {
+        if !QUIET.get() && installed() {
             record(Kind::Histogram, name, labels, extra, value)
         }
     }
@@ -191,6 +207,13 @@ mod facade {
     #[inline(always)]
     pub(crate) fn increment(_: &'static str, _: Labels, _: &[(&'static str, &'static str)]) {}
     #[inline(always)]
+    pub(crate) fn increment_unscoped(
+        _: &'static str,
+        _: Labels,
+        _: &[(&'static str, &'static str)],
+    ) {
+    }
+    #[inline(always)]
     pub(crate) fn gauge(_: &'static str, _: Labels, _: f64) {}
     #[inline(always)]
     pub(crate) fn histogram(
@@ -203,7 +226,7 @@ mod facade {
     pub(crate) fn describe() {}
 }
 
-pub(crate) use facade::{QuietScope, gauge, histogram, increment};
+pub(crate) use facade::{QuietScope, gauge, histogram, increment, increment_unscoped};
 
 /// `true` when a `metrics` recorder is in scope for this thread (a local
 /// one, or the global one), so that the calls made here are recorded.
