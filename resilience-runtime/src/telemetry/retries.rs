@@ -67,6 +67,20 @@ impl RetryMetrics {
         }
     }
 
+    /// A hook whose chain already recorded up to `last_attempt`.
+    #[inline]
+    pub(crate) const fn resume(labels: Labels, last_attempt: u32) -> Self {
+        Self {
+            labels,
+            last_attempt,
+        }
+    }
+
+    #[inline]
+    pub(crate) const fn last_attempt(&self) -> u32 {
+        self.last_attempt
+    }
+
     /// The labels it records under.
     pub const fn labels(&self) -> Labels {
         self.labels
