@@ -30,7 +30,10 @@ use tokio::time::{Instant, Sleep};
 pub struct RetrySite {
     name: &'static str,
     defaults: PolicyBuilder,
-    policy: OnceLock<Policy>,
+    /// The policy and the labels, resolved together on the first call:
+    /// the registry's service label is fixed once the global registry
+    /// exists, so caching it here cannot go stale.
+    resolved: OnceLock<(Policy, Labels)>,
 }
 
 impl RetrySite {
@@ -40,7 +43,7 @@ impl RetrySite {
         Self {
             name,
             defaults,
-            policy: OnceLock::new(),
+            resolved: OnceLock::new(),
         }
     }
 
@@ -52,16 +55,25 @@ impl RetrySite {
     /// The labels of its metrics: the registry's service, the site's name.
     #[inline]
     pub fn labels(&self) -> Labels {
-        Labels::of(self.name)
+        self.resolve().1
     }
 
     /// The policy in force: resolved on the first call from the global
     /// registry (the config file, then the code, then the attribute).
     #[inline]
     pub fn policy(&self) -> Policy {
-        *self
-            .policy
-            .get_or_init(|| registry::global().policy(self.name, self.defaults))
+        self.resolve().0
+    }
+
+    #[inline]
+    fn resolve(&self) -> (Policy, Labels) {
+        *self.resolved.get_or_init(|| {
+            let registry = registry::global();
+            (
+                registry.policy(self.name, self.defaults),
+                Labels::new(registry.service(), self.name),
+            )
+        })
     }
 }
 
@@ -101,10 +113,11 @@ pub fn retry_when<W>(site: &'static RetrySite, when: W) -> Chain<Custom<W>> {
 
 impl<W> Chain<W> {
     fn new(site: &'static RetrySite, when: W) -> Self {
+        let (policy, labels) = site.resolve();
         Self {
-            attempts: Attempts::new(site.policy()),
+            attempts: Attempts::new(policy),
             when,
-            scope: CallScope::new(site.labels()),
+            scope: CallScope::new(labels),
             reason: None,
         }
     }
@@ -402,7 +415,8 @@ impl<W> Chain<W> {
 pub struct BreakerSite {
     name: &'static str,
     defaults: BreakerConfig,
-    breaker: OnceLock<&'static CircuitBreaker>,
+    /// The breaker and the labels, resolved together (see [`RetrySite`]).
+    breaker: OnceLock<(&'static CircuitBreaker, Labels)>,
     fallbacks: AtomicU64,
 }
 
@@ -422,8 +436,18 @@ impl BreakerSite {
     /// the first call from the global registry.
     #[inline]
     pub fn get(&self) -> &'static CircuitBreaker {
-        self.breaker
-            .get_or_init(|| registry::global().breaker(self.name, self.defaults))
+        self.resolve().0
+    }
+
+    #[inline]
+    fn resolve(&self) -> (&'static CircuitBreaker, Labels) {
+        *self.breaker.get_or_init(|| {
+            let registry = registry::global();
+            (
+                registry.breaker(self.name, self.defaults),
+                Labels::new(registry.service(), self.name),
+            )
+        })
     }
 
     /// How many calls at this site were answered by the fallback.
@@ -442,7 +466,8 @@ where
     Fut: Future<Output = Result<T, E>>,
     E: Classify + FromRuntimeError,
 {
-    telemetry::observe(Labels::of(site.name), site.get().call(call))
+    let (breaker, labels) = site.resolve();
+    telemetry::observe(labels, breaker.call(call))
 }
 
 /// Asks the site's breaker for one logical call (the whole retry chain
