@@ -21,7 +21,7 @@ use resilience_runtime::registry;
 use resilience_runtime::retry::{
     Attempts, Classify, Cut, Event, GiveUp, Next, Policy, PolicyBuilder, Reason, Verdict,
 };
-use resilience_runtime::telemetry::{self, CallScope, Labels, Observed, Status};
+use resilience_runtime::telemetry::{self, CallScope, Fallback, Labels, Observed, Status};
 use resilience_runtime::{DependencyDown, Error};
 use tokio::time::{Instant, Sleep};
 
@@ -505,6 +505,7 @@ where
                 reason = error.reason().map_or("unknown", |reason| reason.as_str()),
                 "call failed with a transient error: the fallback answers"
             );
+            telemetry::fallback(Labels::of(site.name), Fallback::Function);
             Outcome::Fallback
         }
         _ => Outcome::Done(result),
@@ -521,6 +522,7 @@ pub fn rejected<R>(site: &'static BreakerSite, down: DependencyDown) -> Outcome<
         state = down.state(),
         "dependency down: the fallback answers"
     );
+    telemetry::fallback(Labels::of(site.name), Fallback::Function);
     Outcome::Fallback
 }
 
