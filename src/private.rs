@@ -19,11 +19,11 @@ use pin_project_lite::pin_project;
 use resilience_runtime::breaker::{BreakerConfig, Call, CircuitBreaker, Permit};
 use resilience_runtime::registry;
 use resilience_runtime::retry::{
-    Attempts, Classify, Cut, Event, GiveUp, Next, Policy, PolicyBuilder, Reason, Verdict,
+    AttemptTimer, Attempts, Classify, Event, GiveUp, Next, Policy, PolicyBuilder, Reason, Verdict,
 };
-use resilience_runtime::telemetry::{self, CallScope, Labels, Observed, Status};
+use resilience_runtime::telemetry::{self, CallScope, Fallback, Labels, Observed, Status};
 use resilience_runtime::{DependencyDown, Error};
-use tokio::time::{Instant, Sleep};
+use tokio::time::Instant;
 
 /// The retry policy of one `#[retry]` call site.
 #[derive(Debug)]
@@ -208,11 +208,10 @@ pin_project! {
     pub struct Attempt<'a, Fut, W> {
         chain: &'a mut Chain<W>,
         stage: Stage,
-        cut: Option<Cut>,
         #[pin]
         fut: Option<Fut>,
         #[pin]
-        timer: Option<Sleep>,
+        timer: AttemptTimer,
     }
 }
 
@@ -231,17 +230,9 @@ impl<'a, Fut, W> Attempt<'a, Fut, W> {
         Attempt {
             chain,
             stage: Stage::Start,
-            cut: None,
             fut: Some(fut),
-            timer: None,
+            timer: AttemptTimer::new(),
         }
-    }
-}
-
-fn arm(mut timer: Pin<&mut Option<Sleep>>, at: Instant) {
-    match timer.as_mut().as_pin_mut() {
-        Some(sleep) => sleep.reset(at),
-        None => timer.set(Some(tokio::time::sleep_until(at))),
     }
 }
 
@@ -282,11 +273,7 @@ where
         if *this.stage == Stage::Start {
             *this.stage = Stage::Running;
             match chain.attempts.begin() {
-                Ok(None) => {}
-                Ok(Some((until, cut))) => {
-                    arm(this.timer.as_mut(), until);
-                    *this.cut = Some(cut);
-                }
+                Ok(timer) => this.timer.as_mut().start(timer),
                 Err(_) => {
                     this.fut.set(None);
                     return Poll::Ready(ControlFlow::Break(Err(chain.deadline_passed())));
@@ -300,18 +287,7 @@ where
             let result = match fut.poll(cx) {
                 Poll::Ready(result) => result,
                 Poll::Pending => {
-                    let cut = match *this.cut {
-                        Some(cut) => cut,
-                        None => {
-                            let (until, cut) = chain.attempts.pending();
-                            arm(this.timer.as_mut(), until);
-                            *this.cut = Some(cut);
-                            cut
-                        }
-                    };
-                    if let Some(timer) = this.timer.as_mut().as_pin_mut() {
-                        ready!(timer.poll(cx));
-                    }
+                    let cut = ready!(this.timer.as_mut().poll_cut(&mut chain.attempts, cx));
                     // The timer fired: drop the attempt in flight.
                     this.fut.set(None);
                     let (error, stop) = chain.attempts.cut(cut);
@@ -334,14 +310,12 @@ where
             match chain.failed(error, verdict) {
                 ControlFlow::Break(done) => return Poll::Ready(ControlFlow::Break(done)),
                 ControlFlow::Continue(until) => {
-                    arm(this.timer.as_mut(), until);
+                    this.timer.as_mut().pause(until);
                     *this.stage = Stage::Pausing;
                 }
             }
         }
-        if let Some(timer) = this.timer.as_mut().as_pin_mut() {
-            ready!(timer.poll(cx));
-        }
+        ready!(this.timer.as_mut().poll_pause(cx));
         Poll::Ready(ControlFlow::Continue(()))
     }
 }
@@ -530,6 +504,7 @@ where
                 reason = error.reason().map_or("unknown", |reason| reason.as_str()),
                 "call failed with a transient error: the fallback answers"
             );
+            telemetry::fallback(Labels::of(site.name), Fallback::Function);
             Outcome::Fallback
         }
         _ => Outcome::Done(result),
@@ -546,6 +521,7 @@ pub fn rejected<R>(site: &'static BreakerSite, down: DependencyDown) -> Outcome<
         state = down.state(),
         "dependency down: the fallback answers"
     );
+    telemetry::fallback(Labels::of(site.name), Fallback::Function);
     Outcome::Fallback
 }
 

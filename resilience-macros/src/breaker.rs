@@ -40,10 +40,7 @@ pub(crate) fn expand(args: TokenStream, input: TokenStream) -> TokenStream {
             continue;
         }
         if retry.is_some() {
-            errors.push(syn::Error::new_spanned(
-                &attr,
-                "`#[retry]` is applied more than once; one chain is bounded, two nested chains multiply the attempts",
-            ));
+            errors.push(syn::Error::new_spanned(&attr, validate::RETRY_TWICE));
             continue;
         }
         let tokens = match &attr.meta {
@@ -68,25 +65,8 @@ pub(crate) fn expand(args: TokenStream, input: TokenStream) -> TokenStream {
     item.attrs = kept;
 
     let async_trait = crate::async_trait::detect(&item);
-    let checks = [
-        match &async_trait {
-            Some(_) => Ok(()),
-            None => validate::asyncness(&item.sig, "circuit_breaker"),
-        },
-        validate::instrument_order(&item, "circuit_breaker"),
-    ];
-    for check in checks {
-        if let Err(err) = check {
-            errors.push(err);
-        }
-    }
-    let result = match &async_trait {
-        Some(parts) => {
-            let output = syn::ReturnType::Type(Default::default(), Box::new(parts.output.clone()));
-            sig::result_type_of(&output, &item.sig, "circuit_breaker")
-        }
-        None => sig::result_type(&item.sig, "circuit_breaker"),
-    };
+    validate::fn_shape(&item, async_trait.is_some(), "circuit_breaker", &mut errors);
+    let result = sig::result_type_for(&item, async_trait.as_ref(), "circuit_breaker");
     let copies = retry.is_some() || breaker.fallback.is_some();
     let mut rewritten = item.clone();
     let params = sig::params(&mut rewritten.sig, copies && async_trait.is_none());

@@ -27,32 +27,14 @@ pub(crate) fn expand(args: TokenStream, input: TokenStream) -> TokenStream {
         .iter()
         .filter(|attr| validate::is_attribute(attr, "retry"))
     {
-        errors.push(syn::Error::new_spanned(
-            attr,
-            "`#[retry]` is applied more than once; one chain is bounded, two nested chains multiply the attempts",
-        ));
+        errors.push(syn::Error::new_spanned(attr, validate::RETRY_TWICE));
     }
     let async_trait = crate::async_trait::detect(&item);
-    let checks = [
-        validate::order(&item),
-        match &async_trait {
-            Some(_) => Ok(()),
-            None => validate::asyncness(&item.sig, "retry"),
-        },
-        validate::instrument_order(&item, "retry"),
-    ];
-    for check in checks {
-        if let Err(err) = check {
-            errors.push(err);
-        }
+    if let Err(err) = validate::order(&item) {
+        errors.push(err);
     }
-    let result = match &async_trait {
-        Some(parts) => {
-            let output = syn::ReturnType::Type(Default::default(), Box::new(parts.output.clone()));
-            sig::result_type_of(&output, &item.sig, "retry")
-        }
-        None => sig::result_type(&item.sig, "retry"),
-    };
+    validate::fn_shape(&item, async_trait.is_some(), "retry", &mut errors);
+    let result = sig::result_type_for(&item, async_trait.as_ref(), "retry");
     let mut rewritten = item.clone();
     let params = sig::params(&mut rewritten.sig, async_trait.is_none());
     if let Err(err) = idempotency::check(&args, &item.sig.ident, params.has_idempotency_key) {

@@ -148,6 +148,22 @@ pub(crate) fn result_type(sig: &Signature, attribute: &str) -> Result<ResultType
     result_type_of(&sig.output, sig, attribute)
 }
 
+/// The `Result` type of `item`, looking through a body already rewritten by
+/// `#[async_trait]` to the output of its future.
+pub(crate) fn result_type_for(
+    item: &syn::ItemFn,
+    async_trait: Option<&crate::async_trait::AsyncTraitBody>,
+    attribute: &str,
+) -> Result<ResultType, syn::Error> {
+    match async_trait {
+        Some(parts) => {
+            let output = ReturnType::Type(Default::default(), Box::new(parts.output.clone()));
+            result_type_of(&output, &item.sig, attribute)
+        }
+        None => result_type(&item.sig, attribute),
+    }
+}
+
 /// Like [`result_type`], for the output of a future (`#[async_trait]`).
 pub(crate) fn result_type_of(
     output: &ReturnType,

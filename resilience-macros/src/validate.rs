@@ -207,6 +207,29 @@ pub(crate) fn breaker(args: &BreakerArgs, errors: &mut Errors) {
 
 /// `#[retry]` and `#[circuit_breaker]` rewrite the body to run it once per
 /// attempt: only an `async fn` has a body that can run again.
+/// Both attributes rewrite the same kind of fn: written applied more than
+/// once, they would nest two chains.
+pub(crate) const RETRY_TWICE: &str = "`#[retry]` is applied more than once; one chain is bounded, two nested chains multiply the attempts";
+
+/// The rules both attributes check on the fn itself: it is `async` (unless
+/// `#[async_trait]` already rewrote it) and `#[tracing::instrument]` is
+/// written below it.
+pub(crate) fn fn_shape(
+    item: &ItemFn,
+    rewritten_by_async_trait: bool,
+    attribute: &str,
+    errors: &mut Errors,
+) {
+    if !rewritten_by_async_trait {
+        if let Err(err) = asyncness(&item.sig, attribute) {
+            errors.push(err);
+        }
+    }
+    if let Err(err) = instrument_order(item, attribute) {
+        errors.push(err);
+    }
+}
+
 pub(crate) fn asyncness(sig: &Signature, attribute: &str) -> syn::Result<()> {
     if sig.asyncness.is_some() {
         return Ok(());

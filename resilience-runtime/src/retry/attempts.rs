@@ -1,9 +1,14 @@
 //! The rules of one retry chain, for code that drives its own attempts.
 
+use std::pin::Pin;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
+use pin_project_lite::pin_project;
 use rand::RngCore;
-use tokio::time::Instant;
+use tokio::time::{Instant, Sleep};
+
+use std::future::Future;
 
 use super::{GiveUp, LazyRng, Policy, Verdict};
 use crate::deadline;
@@ -216,5 +221,89 @@ impl<R: RngCore> Attempts<R> {
             delay,
             until: now + delay,
         }
+    }
+}
+
+pin_project! {
+    /// The one timer of a retry chain: it cuts the attempt in flight (see
+    /// [`Attempts::begin`] and [`Attempts::pending`]) and times the pause
+    /// between attempts. Kept inline, so a chain allocates nothing.
+    ///
+    /// # Panics
+    ///
+    /// Like [`tokio::time::sleep`], arming it panics outside a Tokio runtime
+    /// with the time driver enabled.
+    #[derive(Debug, Default)]
+    pub struct AttemptTimer {
+        cut: Option<Cut>,
+        #[pin]
+        sleep: Option<Sleep>,
+    }
+}
+
+impl AttemptTimer {
+    /// A timer that is not armed.
+    pub const fn new() -> Self {
+        Self {
+            cut: None,
+            sleep: None,
+        }
+    }
+
+    /// Arms the timer for an attempt that is starting, with what
+    /// [`Attempts::begin`] returned.
+    #[inline]
+    pub fn start(self: Pin<&mut Self>, timer: Option<(Instant, Cut)>) {
+        let mut this = self.project();
+        *this.cut = timer.map(|(_, cut)| cut);
+        if let Some((until, _)) = timer {
+            arm(this.sleep.as_mut(), until);
+        }
+    }
+
+    /// To be polled while the attempt is pending: ready with the [`Cut`]
+    /// once the timer fired. An attempt that started without a timer gets
+    /// the chain's budget from its first `Pending` on.
+    pub fn poll_cut<R>(
+        self: Pin<&mut Self>,
+        attempts: &mut Attempts<R>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Cut> {
+        let mut this = self.project();
+        let cut = match *this.cut {
+            Some(cut) => cut,
+            None => {
+                let (until, cut) = attempts.pending();
+                arm(this.sleep.as_mut(), until);
+                *this.cut = Some(cut);
+                cut
+            }
+        };
+        match this.sleep.as_pin_mut() {
+            Some(sleep) => sleep.poll(cx).map(|()| cut),
+            None => Poll::Ready(cut),
+        }
+    }
+
+    /// Arms the timer for the pause until `until` ([`Next::Retry`]).
+    pub fn pause(self: Pin<&mut Self>, until: Instant) {
+        let mut this = self.project();
+        *this.cut = None;
+        arm(this.sleep.as_mut(), until);
+    }
+
+    /// Ready when the pause is over.
+    pub fn poll_pause(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        match self.project().sleep.as_pin_mut() {
+            Some(sleep) => sleep.poll(cx),
+            None => Poll::Ready(()),
+        }
+    }
+}
+
+fn arm(mut sleep: Pin<&mut Option<Sleep>>, until: Instant) {
+    match sleep.as_mut().as_pin_mut() {
+        Some(sleep) => sleep.reset(until),
+        None => sleep.set(Some(tokio::time::sleep_until(until))),
     }
 }

@@ -9,9 +9,8 @@ use std::time::Duration;
 use pin_project_lite::pin_project;
 use rand::rngs::SmallRng;
 use rand::{RngCore, SeedableRng};
-use tokio::time::{Instant, Sleep};
 
-use super::attempts::{Attempts, Cut, Next};
+use super::attempts::{AttemptTimer, Attempts, Next};
 use super::{Classify, Policy, Verdict};
 use crate::error::Error;
 
@@ -217,10 +216,8 @@ pin_project! {
         op: F,
         notify: N,
         when: W,
-        // What the timer is armed for while an attempt runs.
-        cut: Option<Cut>,
         #[pin]
-        timer: Option<Sleep>,
+        timer: AttemptTimer,
         #[pin]
         state: State<Fut>,
     }
@@ -301,8 +298,7 @@ impl<F, Fut, N, W, R> Retry<F, Fut, N, W, R> {
             op,
             notify,
             when,
-            cut: None,
-            timer: None,
+            timer: AttemptTimer::new(),
             state: State::Idle,
         }
     }
@@ -344,13 +340,6 @@ impl<F, Fut, N, W, R> RetryProj<'_, F, Fut, N, W, R> {
     }
 }
 
-fn arm(mut timer: Pin<&mut Option<Sleep>>, at: Instant) {
-    match timer.as_mut().as_pin_mut() {
-        Some(sleep) => sleep.reset(at),
-        None => timer.set(Some(tokio::time::sleep_until(at))),
-    }
-}
-
 impl<F, Fut, T, E, N, W, R> Future for Retry<F, Fut, N, W, R>
 where
     F: FnMut() -> Fut,
@@ -367,13 +356,8 @@ where
         loop {
             match this.state.as_mut().project() {
                 StateProj::Idle => {
-                    *this.cut = None;
                     match this.attempts.begin() {
-                        Ok(None) => {}
-                        Ok(Some((until, cut))) => {
-                            arm(this.timer.as_mut(), until);
-                            *this.cut = Some(cut);
-                        }
+                        Ok(timer) => this.timer.as_mut().start(timer),
                         Err(reason) => {
                             let error = E::from(Error::DeadlineExceeded);
                             return this.give_up(error, reason);
@@ -386,18 +370,7 @@ where
                     let result = match fut.poll(cx) {
                         Poll::Ready(result) => result,
                         Poll::Pending => {
-                            let cut = match *this.cut {
-                                Some(cut) => cut,
-                                None => {
-                                    let (until, cut) = this.attempts.pending();
-                                    arm(this.timer.as_mut(), until);
-                                    *this.cut = Some(cut);
-                                    cut
-                                }
-                            };
-                            if let Some(timer) = this.timer.as_mut().as_pin_mut() {
-                                ready!(timer.poll(cx));
-                            }
+                            let cut = ready!(this.timer.as_mut().poll_cut(this.attempts, cx));
                             // The timer fired: drop the attempt in flight.
                             this.state.set(State::Idle);
                             let (error, stop) = this.attempts.cut(cut);
@@ -431,7 +404,7 @@ where
                                 verdict,
                             });
                             drop(error);
-                            arm(this.timer.as_mut(), until);
+                            this.timer.as_mut().pause(until);
                             this.state.set(State::Pausing);
                         }
                         Next::GiveUp(GiveUp::Deadline) => {
@@ -443,9 +416,7 @@ where
                     }
                 }
                 StateProj::Pausing => {
-                    if let Some(timer) = this.timer.as_mut().as_pin_mut() {
-                        ready!(timer.poll(cx));
-                    }
+                    ready!(this.timer.as_mut().poll_pause(cx));
                     this.state.set(State::Idle);
                 }
                 StateProj::Done => panic!("`Retry` polled after it completed"),

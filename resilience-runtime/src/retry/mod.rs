@@ -45,7 +45,7 @@ mod executor;
 mod policy;
 mod retry_after;
 
-pub use attempts::{Attempts, Cut, Next};
+pub use attempts::{AttemptTimer, Attempts, Cut, Next};
 pub use backoff::{Backoff, Delays, Growth, Jitter, MIN_JITTER};
 pub use classify::{Classify, HttpStatus, Reason, SqlState, Verdict};
 pub use executor::{ByClassify, Event, GiveUp, LazyRng, Notify, Quiet, Retry, When};

@@ -200,26 +200,6 @@ impl PolicyBuilder {
         self
     }
 
-    /// The pause schedule so far.
-    pub const fn backoff(&self) -> &Backoff {
-        &self.backoff
-    }
-
-    /// Attempts in all, as set so far.
-    pub const fn max_attempts(&self) -> u32 {
-        self.max_attempts
-    }
-
-    /// The cap on the whole chain, as set so far.
-    pub const fn max_elapsed(&self) -> Duration {
-        self.max_elapsed
-    }
-
-    /// The cap on one attempt, as set so far.
-    pub const fn attempt_timeout(&self) -> Option<Duration> {
-        self.attempt_timeout
-    }
-
     /// Checks every rule and returns the policy, or the first broken rule
     /// naming the field and its value.
     pub fn build(self) -> Result<Policy, ConfigError> {

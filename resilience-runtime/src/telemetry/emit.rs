@@ -175,7 +175,7 @@ mod facade {
             r.describe_counter(
                 name(FALLBACKS_TOTAL),
                 Some(Unit::Count),
-                text("Calls answered by a fallback, by kind (stale, partial, fail_fast)."),
+                text("Calls answered by a fallback, by kind (stale, partial, fail_fast, fallback_fn)."),
             );
         };
         metrics::with_recorder(|r| {

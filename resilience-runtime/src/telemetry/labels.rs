@@ -191,15 +191,19 @@ pub enum Fallback {
     Partial,
     /// A fast, meaningful failure (a 503 to the caller).
     FailFast,
+    /// The fn named by `#[circuit_breaker(fallback = …)]`, which may be any
+    /// of the three: the macro cannot tell which.
+    Function,
 }
 
 impl Fallback {
-    /// The label value: `stale`, `partial` or `fail_fast`.
+    /// The label value: `stale`, `partial`, `fail_fast` or `fallback_fn`.
     pub const fn as_str(self) -> &'static str {
         match self {
             Fallback::Stale => "stale",
             Fallback::Partial => "partial",
             Fallback::FailFast => "fail_fast",
+            Fallback::Function => "fallback_fn",
         }
     }
 }
