@@ -5,49 +5,20 @@
 
 #[path = "../examples/common/mod.rs"]
 mod common;
+mod macros_common;
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
 use common::{FaultServer, Reply};
+use macros_common::ClientError;
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusRecorder};
 use resilience::breaker::{BreakerConfig, CircuitBreaker};
 use resilience::registry::Registry;
-use resilience::retry::{Classify, HttpStatus, Policy, Reason, Verdict};
+use resilience::retry::Policy;
 use resilience::telemetry::{self, Labels, RetryMetrics};
 
 const USERS: Labels = Labels::new("checkout", "users");
-
-#[derive(Debug)]
-enum ClientError {
-    Status(u16),
-    Transport,
-    Resilience(resilience::Error),
-}
-
-impl From<resilience::Error> for ClientError {
-    fn from(err: resilience::Error) -> Self {
-        ClientError::Resilience(err)
-    }
-}
-
-impl Classify for ClientError {
-    fn classify(&self) -> Verdict {
-        match self {
-            ClientError::Status(code) => HttpStatus(*code).classify(),
-            ClientError::Transport => Verdict::Transient,
-            ClientError::Resilience(err) => err.classify(),
-        }
-    }
-
-    fn reason(&self) -> Option<Reason> {
-        match self {
-            ClientError::Status(code) => HttpStatus(*code).reason(),
-            ClientError::Transport => Some(Reason::Network),
-            ClientError::Resilience(err) => err.reason(),
-        }
-    }
-}
 
 async fn get(http: &reqwest::Client, url: &str) -> Result<String, ClientError> {
     let attempt = || async {

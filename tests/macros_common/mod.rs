@@ -1,15 +1,17 @@
-//! What the macro behaviour tests share: an HTTP-like error type and a
+//! What the macro and metrics tests share: an HTTP-like error type and a
 //! scripted fake dependency.
 #![allow(dead_code, unreachable_pub)]
 
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU32, Ordering};
 
-use resilience::retry::{Classify, HttpStatus, Verdict};
+use resilience::retry::{Classify, HttpStatus, Reason, Verdict};
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum ClientError {
     Status(u16),
+    /// The connection failed before a status arrived.
+    Transport,
     Resilience(resilience::Error),
 }
 
@@ -23,7 +25,16 @@ impl Classify for ClientError {
     fn classify(&self) -> Verdict {
         match self {
             ClientError::Status(code) => HttpStatus(*code).classify(),
+            ClientError::Transport => Verdict::Transient,
             ClientError::Resilience(err) => err.classify(),
+        }
+    }
+
+    fn reason(&self) -> Option<Reason> {
+        match self {
+            ClientError::Status(code) => HttpStatus(*code).reason(),
+            ClientError::Transport => Some(Reason::Network),
+            ClientError::Resilience(err) => err.reason(),
         }
     }
 }
