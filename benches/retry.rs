@@ -2,19 +2,58 @@
 //! direct call of the same async fn, and backon (the most used peer) around
 //! the same fn in the same run.
 //!
-//! `cargo bench --bench retry`
+//! Two harnesses: `first-attempt-succeeds` polls each future on the stack,
+//! where the optimizer may keep a small one in registers; `in-task` puts it
+//! behind a pointer the optimizer cannot see through, as it is inside a
+//! task. Each has a floor: the least any wrapper that calls an operation
+//! and stores its future can cost.
+//!
+//! `cargo bench --bench retry -- --warm-up-time 1 --measurement-time 3`
 
+use std::future::Future;
 use std::hint::black_box;
+use std::pin::Pin;
+use std::task::{Context, Poll};
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use resilience::retry::Policy;
 
 mod common;
-use common::poll_once;
+use common::{poll_in_task, poll_once};
 
 #[inline(never)]
 async fn get_user(id: u64) -> Result<u64, std::io::Error> {
     Ok(black_box(id) + 1)
+}
+
+pin_project_lite::pin_project! {
+    /// The floor: calls `op` once and polls its future, nothing else.
+    struct Floor<F, Fut> {
+        op: F,
+        #[pin]
+        fut: Option<Fut>,
+    }
+}
+
+impl<F: FnMut() -> Fut, Fut: Future> Future for Floor<F, Fut> {
+    type Output = Fut::Output;
+
+    #[inline]
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Fut::Output> {
+        let mut this = self.project();
+        if this.fut.is_none() {
+            let fut = (this.op)();
+            this.fut.set(Some(fut));
+        }
+        match this.fut.as_pin_mut() {
+            Some(fut) => fut.poll(cx),
+            None => unreachable!("the future was just stored"),
+        }
+    }
+}
+
+fn floor<F: FnMut() -> Fut, Fut>(op: F) -> Floor<F, Fut> {
+    Floor { op, fut: None }
 }
 
 fn success_path(c: &mut Criterion) {
@@ -22,14 +61,40 @@ fn success_path(c: &mut Criterion) {
     group.bench_function("direct call", |b| {
         b.iter(|| poll_once(get_user(black_box(7))))
     });
+    group.bench_function("floor: op + its future", |b| {
+        b.iter(|| poll_once(floor(|| get_user(black_box(7)))))
+    });
     let policy = Policy::http();
     group.bench_function("Policy::retry", |b| {
         b.iter(|| poll_once(black_box(policy).retry(|| get_user(black_box(7)))))
+    });
+    group.bench_function("Policy::retry, policy known at compile time", |b| {
+        b.iter(|| poll_once(Policy::http().retry(|| get_user(black_box(7)))))
     });
     group.bench_function("backon (peer, same fn)", |b| {
         use backon::Retryable;
         let builder = backon::ExponentialBuilder::default().with_jitter();
         b.iter(|| poll_once((|| get_user(black_box(7))).retry(black_box(builder))))
+    });
+    group.finish();
+}
+
+fn in_task(c: &mut Criterion) {
+    let mut group = c.benchmark_group("retry/in-task");
+    group.bench_function("direct call", |b| {
+        b.iter(|| poll_in_task(get_user(black_box(7))))
+    });
+    group.bench_function("floor: op + its future", |b| {
+        b.iter(|| poll_in_task(floor(|| get_user(black_box(7)))))
+    });
+    let policy = Policy::http();
+    group.bench_function("Policy::retry", |b| {
+        b.iter(|| poll_in_task(black_box(policy).retry(|| get_user(black_box(7)))))
+    });
+    group.bench_function("backon (peer, same fn)", |b| {
+        use backon::Retryable;
+        let builder = backon::ExponentialBuilder::default().with_jitter();
+        b.iter(|| poll_in_task((|| get_user(black_box(7))).retry(black_box(builder))))
     });
     group.finish();
 }
@@ -43,5 +108,5 @@ fn report_sizes(_: &mut Criterion) {
     );
 }
 
-criterion_group!(benches, success_path, report_sizes);
+criterion_group!(benches, success_path, in_task, report_sizes);
 criterion_main!(benches);

@@ -88,7 +88,7 @@ pub struct Attempts<R = LazyRng> {
 
 impl Attempts {
     /// A chain under `policy`, with the default jitter source.
-    #[inline]
+    #[inline(always)]
     pub fn new(policy: Policy) -> Self {
         Self::with_rng(policy, LazyRng::default())
     }
@@ -96,7 +96,7 @@ impl Attempts {
 
 impl<R> Attempts<R> {
     /// A chain under `policy` drawing jitter from `rng`.
-    #[inline]
+    #[inline(always)]
     pub fn with_rng(policy: Policy, rng: R) -> Self {
         Self {
             policy,

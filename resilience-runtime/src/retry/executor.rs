@@ -228,6 +228,7 @@ impl Policy {
     ///
     /// `op` builds one attempt: it is called again for every retry, so the
     /// future it returns must own (clones of) what it needs.
+    #[inline(always)]
     pub fn retry<F, Fut, T, E>(self, op: F) -> Retry<F, Fut>
     where
         F: FnMut() -> Fut,
@@ -291,7 +292,7 @@ where
 }
 
 impl<F, Fut, N, W, R> Retry<F, Fut, N, W, R> {
-    #[inline]
+    #[inline(always)]
     fn fresh(attempts: Attempts<R>, op: F, notify: N, when: W) -> Self {
         Retry {
             attempts,
@@ -351,8 +352,66 @@ where
 {
     type Output = Result<T, E>;
 
+    // The first poll of a chain whose first attempt needs no timer is
+    // inlined into the caller: on the success path every call takes, it is
+    // the attempt's own poll and a few stores. Everything else is
+    // `poll_chain`, out of line.
+    #[inline]
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let mut this = self.project();
+        let first = if let StateProj::Idle = this.state.as_mut().project() {
+            match this.attempts.begin() {
+                Ok(None) => {
+                    let fut = (this.op)();
+                    this.state.set(State::Running { fut });
+                    let StateProj::Running { fut } = this.state.as_mut().project() else {
+                        unreachable!("the attempt was just stored");
+                    };
+                    match fut.poll(cx) {
+                        Poll::Ready(Ok(value)) => {
+                            this.state.set(State::Done);
+                            let attempt = this.attempts.attempt();
+                            this.notify.notify(&Event::Success { attempt });
+                            return Poll::Ready(Ok(value));
+                        }
+                        other => Some(other),
+                    }
+                }
+                Ok(timer) => {
+                    this.timer.as_mut().start(timer);
+                    let fut = (this.op)();
+                    this.state.set(State::Running { fut });
+                    None
+                }
+                Err(reason) => {
+                    let error = E::from(Error::DeadlineExceeded);
+                    return this.give_up(error, reason);
+                }
+            }
+        } else {
+            None
+        };
+        poll_chain(this, first, cx)
+    }
+}
+
+/// Everything but the first poll of a plain first attempt; `first` is the
+/// outcome of that poll when [`Retry::poll`] made it.
+#[inline(never)]
+fn poll_chain<F, Fut, T, E, N, W, R>(
+    mut this: RetryProj<'_, F, Fut, N, W, R>,
+    mut first: Option<Poll<Result<T, E>>>,
+    cx: &mut Context<'_>,
+) -> Poll<Result<T, E>>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, E>>,
+    E: From<Error>,
+    N: Notify<E>,
+    W: When<E>,
+    R: RngCore,
+{
+    {
         loop {
             match this.state.as_mut().project() {
                 StateProj::Idle => {
@@ -367,7 +426,11 @@ where
                     this.state.set(State::Running { fut });
                 }
                 StateProj::Running { fut } => {
-                    let result = match fut.poll(cx) {
+                    let polled = match first.take() {
+                        Some(polled) => polled,
+                        None => fut.poll(cx),
+                    };
+                    let result = match polled {
                         Poll::Ready(result) => result,
                         Poll::Pending => {
                             let cut = ready!(this.timer.as_mut().poll_cut(this.attempts, cx));
