@@ -213,12 +213,28 @@ fn memory(_: &mut Criterion) {
         .enable_time()
         .build()
         .unwrap();
-    let before = LIVE_BYTES.load(Relaxed);
     rt.block_on(async {
+        // The first call on a runtime starts its ticker, shared by every
+        // breaker used on that runtime; later breakers join it.
+        let before = LIVE_BYTES.load(Relaxed);
         let _ = breaker.call(get_user(1)).await;
+        tokio::task::yield_now().await;
         let ticker = LIVE_BYTES.load(Relaxed) - before;
+        const MORE: usize = 100;
+        let before = LIVE_BYTES.load(Relaxed);
+        let mut more = Vec::with_capacity(MORE);
+        let vec = LIVE_BYTES.load(Relaxed) - before;
+        for _ in 0..MORE {
+            let breaker = closed();
+            let _ = breaker.call(get_user(1)).await;
+            more.push(breaker);
+        }
+        tokio::task::yield_now().await;
+        let each = (LIVE_BYTES.load(Relaxed) - before - vec) / MORE;
         println!(
-            "one breaker with the default window: {heap} bytes of heap, plus {ticker} bytes for its ticker task (the runtime's timer included); the handle is {} bytes",
+            "one breaker with the default window: {heap} bytes of heap; \
+             the runtime's ticker, shared by all its breakers: {ticker} bytes (the runtime's timer included); \
+             each further breaker, its place on the ticker's list included: {each} bytes; the handle is {} bytes",
             std::mem::size_of::<CircuitBreaker>(),
         );
     });

@@ -61,8 +61,8 @@
 //! The closed path reads one shared word and adds one to a counter of a
 //! per-thread stripe: no lock, no allocation and no clock read. An open
 //! breaker rejects with one load. Time is tokio's clock, read only on the
-//! slow paths (failures, transitions) and by a small ticker task that
-//! advances the window at each bucket boundary; see [`CircuitBreaker`]
+//! slow paths (failures, transitions) and by one small ticker task per
+//! runtime that advances every window at its bucket boundaries; see [`CircuitBreaker`]
 //! for the details and `BENCHMARKS.md` for the figures.
 
 mod config;
@@ -121,14 +121,16 @@ impl<T> std::ops::Deref for Padded<T> {
 /// Time is tokio's clock ([`tokio::time::Instant`]), so tests pause it
 /// (`#[tokio::test(start_paused = true)]`) and stay deterministic. To keep
 /// the clock off the hot path, the first call made inside a Tokio runtime
-/// spawns a ticker task on it (one timer wake-up per bucket, i.e. every
-/// 6 s with the default window, and one at the end of each cooldown). A
-/// millisecond before each of those instants the ticker tells calls to
-/// read the clock themselves, so that a call landing exactly on a bucket
-/// boundary or on the end of the cooldown sees it, whichever task the
-/// paused clock wakes first. Outside a Tokio runtime (or once the runtime
-/// that ran the ticker shut down, until a call from another runtime starts
-/// a new one) every call reads the clock: correct, but slower.
+/// hands the breaker to that runtime's ticker: one task per runtime, shared
+/// by all its breakers, spawned with the first of them. It wakes for each
+/// breaker at each bucket boundary (every 6 s with the default window) and
+/// at the end of each cooldown. A millisecond before each of those
+/// instants it tells the breaker's calls to read the clock themselves, so
+/// that a call landing exactly on a bucket boundary or on the end of the
+/// cooldown sees it, whichever task the paused clock wakes first. Outside
+/// a Tokio runtime (or once the runtime whose ticker drove the breaker shut
+/// down, until a call from another runtime hands it to that one's ticker)
+/// every call reads the clock: correct, but slower.
 ///
 /// # Example
 ///
@@ -419,7 +421,7 @@ impl CircuitBreaker {
         };
         let before = self.inner.state.fetch_and(!NO_TICKER, AcqRel);
         if before & NO_TICKER != 0 {
-            handle.spawn(ticker::run(Arc::downgrade(&self.inner)));
+            ticker::register(&handle, Arc::downgrade(&self.inner));
         }
     }
 

@@ -379,3 +379,72 @@ fn invalid_configs_are_refused_with_the_breaker_name() {
         "invalid circuit breaker `user`: `ratio = 2`: the failure ratio is a fraction in (0, 1], e.g. 0.5"
     );
 }
+
+async fn trip(b: &CircuitBreaker) {
+    let calls = AtomicU32::new(0);
+    for _ in 0..20 {
+        let _ = fail(b, &calls).await;
+    }
+    assert_eq!(b.state(), State::Open);
+}
+
+#[tokio::test(start_paused = true)]
+async fn one_ticker_drives_every_breaker_of_a_runtime() {
+    let tasks = || {
+        tokio::runtime::Handle::current()
+            .metrics()
+            .num_alive_tasks()
+    };
+    let before = tasks();
+    let breakers: Vec<CircuitBreaker> = (1..=8)
+        .map(|secs| breaker(BreakerConfig::new().with_cooldown(Duration::from_secs(secs))))
+        .collect();
+    for b in &breakers {
+        trip(b).await;
+    }
+    assert_eq!(tasks(), before + 1, "one ticker task for all the breakers");
+    // No call reads the clock from here on: only the ticker moves them, each
+    // at the end of its own cooldown. (Looked at half a second after each
+    // end: at the very instant, the paused clock may wake this test first.)
+    sleep(Duration::from_millis(500)).await;
+    for secs in 1..=8 {
+        sleep(Duration::from_secs(1)).await;
+        let states: Vec<State> = breakers.iter().map(CircuitBreaker::state).collect();
+        let expected: Vec<State> = (1..=8)
+            .map(|cooldown| {
+                if cooldown <= secs {
+                    State::HalfOpen
+                } else {
+                    State::Open
+                }
+            })
+            .collect();
+        assert_eq!(states, expected, "after {secs} s");
+    }
+}
+
+#[test]
+fn a_breaker_outlives_the_runtime_of_its_ticker() {
+    let paused = || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .start_paused(true)
+            .build()
+            .unwrap()
+    };
+    let b = breaker(BreakerConfig::new().with_cooldown(Duration::from_secs(2)));
+    paused().block_on(trip(&b));
+    // That runtime and its ticker are gone; the next call, on another
+    // runtime, hands the breaker to that runtime's ticker.
+    paused().block_on(async {
+        let calls = AtomicU32::new(0);
+        assert!(succeed(&b, &calls).await.is_err());
+        assert_eq!(calls.load(Ordering::Relaxed), 0);
+        let tasks = tokio::runtime::Handle::current()
+            .metrics()
+            .num_alive_tasks();
+        assert_eq!(tasks, 1, "the new runtime's ticker");
+        sleep(Duration::from_secs(3)).await;
+        assert_eq!(b.state(), State::HalfOpen);
+    });
+}

@@ -106,14 +106,19 @@ impl SlidingWindow {
         }
     }
 
-    /// The number of stripes for this machine: one per core, 2 to 8.
+    /// The number of stripes for this machine: one per core, 2 to 4.
+    ///
+    /// Four is the cap that keeps a breaker within 1 KiB on any machine
+    /// (each stripe is a cache line); beyond four cores, threads that
+    /// collide on a stripe move to another one (see `rehash`), and a
+    /// breaker guards network calls, so four lines absorb the contention.
     pub(crate) fn default_stripes() -> usize {
         // Asking the OS reads cgroup files: once per process is enough.
         static STRIPES: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
         *STRIPES.get_or_init(|| {
             std::thread::available_parallelism()
                 .map_or(4, |n| n.get())
-                .clamp(2, 8)
+                .clamp(2, 4)
                 .next_power_of_two()
         })
     }
