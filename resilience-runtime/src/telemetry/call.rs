@@ -52,12 +52,14 @@ pub fn observe<Fut>(labels: Labels, call: Fut) -> Observed<Fut> {
     }
 }
 
-#[derive(Debug, Clone, Copy)]
-enum Clock {
+/// Where a call is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
     Unpolled,
-    /// No recorder: nothing to time.
-    Off,
-    Since(Instant),
+    /// Started, with no recorder: nothing to time.
+    Untimed,
+    /// Started, timed from `CallScope::start`.
+    Timed,
     /// Inside another observed call, which owns the span and the clock.
     Nested,
     Done,
@@ -80,6 +82,11 @@ std::thread_local! {
 /// annotated fn) is the same logical call: it opens no span, records no
 /// duration, and counts its attempts under the outer call's labels.
 ///
+/// Every call pays for it, so it is kept lean: without a subscriber that
+/// wants the span and without a metrics recorder, a call costs one
+/// callsite check, one recorder lookup and a few thread-local writes, and
+/// reads no clock.
+///
 /// ```
 /// use resilience_runtime::telemetry::{CallScope, Labels, Status};
 ///
@@ -91,9 +98,12 @@ std::thread_local! {
 /// scope.finish(Status::Ok);
 /// ```
 pub struct CallScope {
-    span: OnceCell<Span>,
     labels: Cell<Labels>,
-    clock: Cell<Clock>,
+    phase: Cell<Phase>,
+    /// When the first attempt started, in the `Timed` phase.
+    start: Cell<Option<Instant>>,
+    /// The `resilience.call` span, kept only when a subscriber wants it.
+    span: OnceCell<Span>,
     /// The attempt hook's state; its labels are `labels` (not a second
     /// copy, which would make every annotated fn's future 32 bytes larger).
     last_attempt: Cell<u32>,
@@ -105,23 +115,23 @@ impl CallScope {
     #[inline]
     pub fn new(labels: Labels) -> Self {
         Self {
-            span: OnceCell::new(),
             labels: Cell::new(labels),
-            clock: Cell::new(Clock::Unpolled),
+            phase: Cell::new(Phase::Unpolled),
+            start: Cell::new(None),
+            span: OnceCell::new(),
             last_attempt: Cell::new(0),
         }
     }
 
-    #[cold]
-    fn start(&self) -> Clock {
+    #[inline]
+    fn start(&self) -> Phase {
         if let Some(outer) = CURRENT.get() {
             self.labels.set(outer);
-            let _ = self.span.set(Span::none());
-            self.clock.set(Clock::Nested);
-            return Clock::Nested;
+            self.phase.set(Phase::Nested);
+            return Phase::Nested;
         }
         let labels = self.labels.get();
-        let _ = self.span.set(tracing::info_span!(
+        let span = tracing::info_span!(
             target: "resilience",
             "resilience.call",
             service = labels.service(),
@@ -129,14 +139,18 @@ impl CallScope {
             otel.kind = "client",
             status = tracing::field::Empty,
             otel.status_code = tracing::field::Empty,
-        ));
-        let clock = if emit::recorder_installed() {
-            Clock::Since(Instant::now())
+        );
+        if !span.is_disabled() {
+            let _ = self.span.set(span);
+        }
+        let phase = if emit::recorder_installed() {
+            self.start.set(Some(Instant::now()));
+            Phase::Timed
         } else {
-            Clock::Off
+            Phase::Untimed
         };
-        self.clock.set(clock);
-        clock
+        self.phase.set(phase);
+        phase
     }
 
     /// Enters the call's span until the guard drops (hold it across one
@@ -144,20 +158,20 @@ impl CallScope {
     /// starts the clock.
     #[inline]
     pub fn enter(&self) -> Entered {
-        let clock = match self.clock.get() {
-            Clock::Unpolled => self.start(),
-            clock => clock,
+        let phase = match self.phase.get() {
+            Phase::Unpolled => self.start(),
+            phase => phase,
         };
-        match (clock, self.span.get()) {
-            (Clock::Nested, _) | (_, None) => Entered {
+        match phase {
+            Phase::Nested | Phase::Done => Entered {
                 _quiet: emit::QuietScope::enter(false),
                 current: None,
                 _span: None,
             },
-            (clock, Some(span)) => Entered {
-                _quiet: emit::QuietScope::enter(matches!(clock, Clock::Off)),
+            phase => Entered {
+                _quiet: emit::QuietScope::enter(phase == Phase::Untimed),
                 current: Some(CURRENT.replace(Some(self.labels.get()))),
-                _span: (!span.is_disabled()).then(|| span.clone().entered()),
+                _span: self.span.get().map(|span| span.clone().entered()),
             },
         }
     }
@@ -166,6 +180,14 @@ impl CallScope {
     /// `reason` why a failed attempt failed.
     #[inline]
     pub fn attempt<E>(&self, event: &Event<'_, E>, reason: impl Fn(&E) -> Option<Reason>) {
+        if let (Event::Success { attempt }, Phase::Untimed) = (event, self.phase.get()) {
+            // No recorder: the event is all there is to record.
+            if *attempt > self.last_attempt.get() {
+                RetryMetrics::success_event(*attempt);
+                self.last_attempt.set(*attempt);
+                return;
+            }
+        }
         let mut attempts = RetryMetrics::resume(self.labels.get(), self.last_attempt.get());
         attempts.record(event, reason);
         self.last_attempt.set(attempts.last_attempt());
@@ -176,26 +198,19 @@ impl CallScope {
     /// `http_client_request_duration_seconds`. Only the first call counts.
     #[inline]
     pub fn finish(&self, status: Status) {
-        self.finish_inline(status)
-    }
-
-    // Inlined into `Observed::poll`, whose success path it is.
-    #[inline(always)]
-    fn finish_inline(&self, status: Status) {
-        let start = match self.clock.replace(Clock::Done) {
-            Clock::Done | Clock::Nested => return,
-            Clock::Since(start) => Some(start),
-            Clock::Unpolled | Clock::Off => None,
+        let timed = match self.phase.replace(Phase::Done) {
+            Phase::Done | Phase::Nested => return,
+            Phase::Timed => true,
+            Phase::Unpolled | Phase::Untimed => false,
         };
-        // `record` looks the field up by name even on a disabled span.
-        if let Some(span) = self.span.get().filter(|span| !span.is_disabled()) {
+        if let Some(span) = self.span.get() {
             span.record("status", status.as_str());
             span.record(
                 "otel.status_code",
                 if status.is_ok() { "OK" } else { "ERROR" },
             );
         }
-        if let Some(start) = start {
+        if let (true, Some(start)) = (timed, self.start.get()) {
             emit::histogram(
                 REQUEST_DURATION_SECONDS,
                 self.labels.get(),
@@ -206,7 +221,7 @@ impl CallScope {
     }
 
     /// The call's span: disabled until the first [`enter`](Self::enter),
-    /// and for a nested call.
+    /// for a nested call, and when no subscriber wants it.
     pub fn span(&self) -> &Span {
         static NONE: Span = Span::none();
         self.span.get().unwrap_or(&NONE)
@@ -220,8 +235,9 @@ impl CallScope {
 }
 
 impl Drop for CallScope {
+    #[inline]
     fn drop(&mut self) {
-        if let Clock::Since(_) = self.clock.get() {
+        if let Phase::Untimed | Phase::Timed = self.phase.get() {
             self.finish(Status::Cancelled);
         }
     }
@@ -231,6 +247,7 @@ impl fmt::Debug for CallScope {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("CallScope")
             .field("labels", &self.labels.get())
+            .field("phase", &self.phase.get())
             .field("span", self.span())
             .finish_non_exhaustive()
     }
@@ -299,7 +316,7 @@ where
             let _entered = this.scope.enter();
             ready!(this.call.poll(cx))
         };
-        this.scope.finish_inline(Status::of(&output));
+        this.scope.finish(Status::of(&output));
         Poll::Ready(output)
     }
 }

@@ -81,6 +81,11 @@ impl RetryMetrics {
         self.last_attempt
     }
 
+    #[inline]
+    pub(crate) fn success_event(attempt: u32) {
+        tracing::debug!(target: "resilience", attempt, "attempt succeeded");
+    }
+
     /// The labels it records under.
     pub const fn labels(&self) -> Labels {
         self.labels
@@ -138,7 +143,7 @@ impl RetryMetrics {
         self.last_attempt = attempt;
         match *event {
             Event::Success { .. } => {
-                tracing::debug!(target: "resilience", attempt, "attempt succeeded");
+                Self::success_event(attempt);
                 self.attempt(attempt, AttemptResult::Success);
             }
             Event::Retry {
