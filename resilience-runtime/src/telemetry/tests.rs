@@ -694,3 +694,34 @@ fn a_nested_scope_opens_no_span_and_takes_the_outer_labels() {
         "the inner attempt is in the outer span"
     );
 }
+
+#[test]
+fn a_dropped_call_marks_its_span_cancelled_without_a_recorder() {
+    let collector = traces::Collector::default();
+    traced(&collector, async {
+        let slow = observe(USER, async {
+            tokio::time::sleep(Duration::from_secs(10)).await;
+            Ok::<_, Failed>(())
+        });
+        assert!(
+            tokio::time::timeout(Duration::from_secs(1), slow)
+                .await
+                .is_err()
+        );
+    });
+    let (name, fields) = collector.span(1);
+    assert_eq!(name, "resilience.call");
+    assert!(fields.contains(&"status=cancelled".to_owned()), "{fields:?}");
+    assert!(
+        fields.contains(&"otel.status_code=ERROR".to_owned()),
+        "{fields:?}"
+    );
+}
+
+#[test]
+fn a_call_nobody_traces_keeps_no_span() {
+    let scope = CallScope::new(USER);
+    drop(scope.enter());
+    assert!(scope.span().is_disabled());
+    scope.finish(Status::Ok);
+}
