@@ -8,6 +8,7 @@ use std::hint::black_box;
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use resilience::retry::Policy;
+use resilience::telemetry::{self, Labels, RetryMetrics};
 use resilience::{circuit_breaker, retry};
 
 mod common;
@@ -84,6 +85,63 @@ async fn get_user_by_hand(id: u64) -> Result<u64, Error> {
     policy.retry(|| async move { Ok(black_box(id) + 1) }).await
 }
 
+// The same, with the telemetry the attributes emit (span, duration,
+// attempt metrics): the like-for-like comparison for the macros' own cost.
+const BY_HAND: Labels = Labels::new("unknown_service", "bench-by-hand");
+
+#[inline(never)]
+async fn get_user_by_hand_observed(id: u64) -> Result<u64, Error> {
+    static POLICY: std::sync::OnceLock<Policy> = std::sync::OnceLock::new();
+    let policy = *POLICY.get_or_init(|| {
+        Policy::builder()
+            .with_max_attempts(3)
+            .build()
+            .expect("a valid policy")
+    });
+    telemetry::observe(
+        BY_HAND,
+        policy
+            .retry(|| async move { Ok(black_box(id) + 1) })
+            .notify_with(RetryMetrics::new(BY_HAND)),
+    )
+    .await
+}
+
+#[inline(never)]
+async fn get_user_breaker_by_hand_observed(id: u64) -> Result<u64, Error> {
+    static BREAKER: std::sync::OnceLock<&'static resilience::CircuitBreaker> =
+        std::sync::OnceLock::new();
+    let breaker = BREAKER.get_or_init(|| {
+        resilience::registry::global().breaker(
+            "bench-by-hand",
+            resilience::BreakerConfig::new().with_min_requests(20),
+        )
+    });
+    telemetry::observe(BY_HAND, breaker.call(async move { Ok(black_box(id) + 1) })).await
+}
+
+#[inline(never)]
+async fn get_user_both_by_hand_observed(id: u64) -> Result<u64, Error> {
+    static BREAKER: std::sync::OnceLock<&'static resilience::CircuitBreaker> =
+        std::sync::OnceLock::new();
+    let breaker = BREAKER.get_or_init(|| {
+        resilience::registry::global().breaker(
+            "bench-both-by-hand",
+            resilience::BreakerConfig::new().with_min_requests(20),
+        )
+    });
+    let policy = Policy::http();
+    telemetry::observe(
+        BY_HAND,
+        breaker.call(
+            policy
+                .retry(|| async move { Ok(black_box(id) + 1) })
+                .notify_with(RetryMetrics::new(BY_HAND)),
+        ),
+    )
+    .await
+}
+
 fn retry_success_path(c: &mut Criterion) {
     // A runtime in context, as in a service: the breaker's ticker runs on it.
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -97,17 +155,26 @@ fn retry_success_path(c: &mut Criterion) {
     group.bench_function("runtime by hand (Policy::retry)", |b| {
         b.iter(|| poll_once(get_user_by_hand(black_box(7))))
     });
+    group.bench_function("runtime by hand, same telemetry", |b| {
+        b.iter(|| poll_once(get_user_by_hand_observed(black_box(7))))
+    });
     group.bench_function("#[retry]", |b| {
         b.iter(|| poll_once(get_user_retried(black_box(7))))
     });
     group.bench_function("breaker by hand (CircuitBreaker::call)", |b| {
         b.iter(|| poll_once(get_user_breaker_by_hand(black_box(7))))
     });
+    group.bench_function("breaker by hand, same telemetry", |b| {
+        b.iter(|| poll_once(get_user_breaker_by_hand_observed(black_box(7))))
+    });
     group.bench_function("#[circuit_breaker]", |b| {
         b.iter(|| poll_once(get_user_breaker(black_box(7))))
     });
     group.bench_function("both by hand (CircuitBreaker::call(Policy::retry))", |b| {
         b.iter(|| poll_once(get_user_both_by_hand(black_box(7))))
+    });
+    group.bench_function("both by hand, same telemetry", |b| {
+        b.iter(|| poll_once(get_user_both_by_hand_observed(black_box(7))))
     });
     group.bench_function("#[circuit_breaker] + #[retry]", |b| {
         b.iter(|| poll_once(get_user_protected(black_box(7))))

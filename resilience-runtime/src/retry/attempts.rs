@@ -10,7 +10,7 @@ use tokio::time::{Instant, Sleep};
 
 use std::future::Future;
 
-use super::{GiveUp, LazyRng, Policy, Verdict};
+use super::{DefaultRng, GiveUp, Policy, Verdict};
 use crate::deadline;
 use crate::error::Error;
 
@@ -77,12 +77,17 @@ pub enum Next {
 /// assert_eq!(attempts.attempt(), 3);
 /// # }
 /// ```
+// `repr(C)`, policy first: a chain is built by copying the policy in, and
+// with the counter laid out in front of it the copy read the policy at a
+// 4-byte offset from how it was written, which stalls the store buffer and
+// cost a third of the success path.
 #[derive(Debug)]
-pub struct Attempts<R = LazyRng> {
+#[repr(C)]
+pub struct Attempts<R = DefaultRng> {
     policy: Policy,
-    attempt: u32,
     start: Option<Instant>,
     previous_delay: Duration,
+    attempt: u32,
     rng: R,
 }
 
@@ -90,7 +95,7 @@ impl Attempts {
     /// A chain under `policy`, with the default jitter source.
     #[inline(always)]
     pub fn new(policy: Policy) -> Self {
-        Self::with_rng(policy, LazyRng::default())
+        Self::with_rng(policy, DefaultRng::default())
     }
 }
 
@@ -135,7 +140,7 @@ impl<R> Attempts<R> {
     #[inline]
     pub fn begin(&mut self) -> Result<Option<(Instant, Cut)>, GiveUp> {
         let deadline = deadline::current();
-        if deadline.is_none() && self.start.is_none() && self.policy.attempt_timeout().is_none() {
+        if deadline.is_none() && self.start.is_none() && !self.policy.has_attempt_timeout() {
             // The first attempt of a call with no deadline and no attempt
             // timeout: the path every healthy call takes, inline.
             self.attempt += 1;

@@ -63,11 +63,24 @@ pub enum Growth {
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Backoff {
-    initial: Duration,
+    // Durations as nanoseconds: a `Duration` is 16 bytes, and every retry
+    // chain carries its policy by value, so a smaller one is cheaper to
+    // build and to move on the success path.
+    initial: u64,
     multiplier: f64,
-    max_interval: Duration,
+    max_interval: u64,
     growth: Growth,
     jitter: Jitter,
+}
+
+/// `duration` in nanoseconds; past `u64::MAX` (584 years) it saturates.
+pub(crate) const fn nanos(duration: Duration) -> u64 {
+    let nanos = duration.as_nanos();
+    if nanos > u64::MAX as u128 {
+        u64::MAX
+    } else {
+        nanos as u64
+    }
 }
 
 impl Default for Backoff {
@@ -80,9 +93,9 @@ impl Backoff {
     /// The SPEC's HTTP schedule (see [# Default](Self#default)).
     pub const fn new() -> Self {
         Self {
-            initial: Duration::from_millis(100),
+            initial: nanos(Duration::from_millis(100)),
             multiplier: 2.0,
-            max_interval: Duration::from_secs(2),
+            max_interval: nanos(Duration::from_secs(2)),
             growth: Growth::Exponential,
             jitter: Jitter::Symmetric(0.25),
         }
@@ -107,7 +120,7 @@ impl Backoff {
 
     /// The first pause, before randomization.
     pub const fn with_initial(mut self, initial: Duration) -> Self {
-        self.initial = initial;
+        self.initial = nanos(initial);
         self
     }
 
@@ -119,7 +132,7 @@ impl Backoff {
 
     /// The cap on one pause, before randomization.
     pub const fn with_max_interval(mut self, max_interval: Duration) -> Self {
-        self.max_interval = max_interval;
+        self.max_interval = nanos(max_interval);
         self
     }
 
@@ -137,7 +150,7 @@ impl Backoff {
 
     /// The first pause, before randomization.
     pub const fn initial(&self) -> Duration {
-        self.initial
+        Duration::from_nanos(self.initial)
     }
 
     /// The growth factor.
@@ -147,7 +160,7 @@ impl Backoff {
 
     /// The cap on one pause, before randomization.
     pub const fn max_interval(&self) -> Duration {
-        self.max_interval
+        Duration::from_nanos(self.max_interval)
     }
 
     /// How the pause grows.
@@ -163,8 +176,8 @@ impl Backoff {
     /// The longest pause this schedule can produce.
     pub fn max_pause(&self) -> Duration {
         match self.jitter {
-            Jitter::Symmetric(f) | Jitter::Additive(f) => self.max_interval.mul_f64(1.0 + f),
-            Jitter::Full | Jitter::Decorrelated => self.max_interval,
+            Jitter::Symmetric(f) | Jitter::Additive(f) => self.max_interval().mul_f64(1.0 + f),
+            Jitter::Full | Jitter::Decorrelated => self.max_interval(),
         }
     }
 
@@ -173,7 +186,7 @@ impl Backoff {
     /// factor in `[0.1, 1]`.
     pub fn validate(&self) -> Result<(), ConfigError> {
         const WHAT: &str = "backoff";
-        if self.initial.is_zero() {
+        if self.initial == 0 {
             return Err(ConfigError::new(
                 WHAT,
                 "initial",
@@ -185,10 +198,10 @@ impl Backoff {
             return Err(ConfigError::new(
                 WHAT,
                 "initial",
-                format!("{:?}", self.initial),
+                format!("{:?}", self.initial()),
                 format!(
                     "the first pause is longer than `max_interval = {:?}`; lower `initial` or raise `max_interval`",
-                    self.max_interval
+                    self.max_interval()
                 ),
             ));
         }
@@ -221,8 +234,8 @@ impl Backoff {
         previous: Duration,
         rng: &mut R,
     ) -> Duration {
-        let cap = self.max_interval.as_secs_f64();
-        let initial = self.initial.as_secs_f64();
+        let cap = self.max_interval().as_secs_f64();
+        let initial = self.initial().as_secs_f64();
         let base = || {
             let base = match self.growth {
                 Growth::Exponential => {

@@ -7,8 +7,7 @@ use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
 use pin_project_lite::pin_project;
-use rand::rngs::SmallRng;
-use rand::{RngCore, SeedableRng};
+use rand::RngCore;
 
 use super::attempts::{AttemptTimer, Attempts, Next};
 use super::{Classify, Policy, Verdict};
@@ -156,28 +155,22 @@ impl<E, A: Notify<E>, B: Notify<E>> Notify<E> for (A, B) {
     }
 }
 
-/// The default random source for jitter: a small fast generator seeded from
-/// the thread's generator on first use, so a call whose first attempt
-/// succeeds never touches it.
-#[derive(Debug, Default)]
-pub struct LazyRng(Option<SmallRng>);
+/// The default random source for jitter: the thread's generator
+/// ([`rand::rng`]), asked only when a pause is drawn. Zero-sized, so a
+/// chain carries no generator and a call whose first attempt succeeds
+/// never touches one.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct DefaultRng;
 
-impl LazyRng {
-    fn get(&mut self) -> &mut SmallRng {
-        self.0
-            .get_or_insert_with(|| SmallRng::from_rng(&mut rand::rng()))
-    }
-}
-
-impl RngCore for LazyRng {
+impl RngCore for DefaultRng {
     fn next_u32(&mut self) -> u32 {
-        self.get().next_u32()
+        rand::rng().next_u32()
     }
     fn next_u64(&mut self) -> u64 {
-        self.get().next_u64()
+        rand::rng().next_u64()
     }
     fn fill_bytes(&mut self, dst: &mut [u8]) {
-        self.get().fill_bytes(dst)
+        rand::rng().fill_bytes(dst)
     }
 }
 
@@ -211,7 +204,10 @@ pin_project! {
     /// Polling it again after it completed panics.
     #[must_use = "a retry chain does nothing unless it is `.await`ed"]
     #[project = RetryProj]
-    pub struct Retry<F, Fut, N = Quiet, W = ByClassify, R = LazyRng> {
+    // The policy (in `attempts`) first, at the start of the future: see
+    // `Attempts`.
+    #[repr(C)]
+    pub struct Retry<F, Fut, N = Quiet, W = ByClassify, R = DefaultRng> {
         attempts: Attempts<R>,
         op: F,
         notify: N,

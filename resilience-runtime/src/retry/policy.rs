@@ -1,8 +1,9 @@
 //! A validated retry policy: backoff plus the bounds of the whole chain.
 
+use std::num::NonZeroU64;
 use std::time::Duration;
 
-use super::backoff::{Backoff, Jitter};
+use super::backoff::{Backoff, Jitter, nanos};
 use crate::error::ConfigError;
 
 /// What a retry chain may do: how many attempts, how long in all, how long
@@ -35,8 +36,9 @@ use crate::error::ConfigError;
 pub struct Policy {
     backoff: Backoff,
     max_attempts: u32,
-    max_elapsed: Duration,
-    attempt_timeout: Option<Duration>,
+    // In nanoseconds, as in `Backoff`: every chain carries its policy.
+    max_elapsed: u64,
+    attempt_timeout: Option<NonZeroU64>,
 }
 
 impl Default for Policy {
@@ -49,7 +51,9 @@ impl Policy {
     /// Calls to another service over HTTP: 3 attempts, 100 ms ×2 up to
     /// 2 s, ±25 %, 5 s in all.
     pub const fn http() -> Self {
-        PolicyBuilder::http().build_unchecked()
+        // Evaluated at compile time even where called at run time.
+        const POLICY: Policy = PolicyBuilder::http().build_unchecked();
+        POLICY
     }
 
     /// Background consumers (queues, jobs) that have no caller waiting:
@@ -58,14 +62,18 @@ impl Policy {
     /// a dead-letter queue from the notify hook's
     /// [`GiveUp::Exhausted`](super::GiveUp::Exhausted) event.
     pub const fn background() -> Self {
-        PolicyBuilder::background().build_unchecked()
+        // Evaluated at compile time even where called at run time.
+        const POLICY: Policy = PolicyBuilder::background().build_unchecked();
+        POLICY
     }
 
     /// Retrying a whole database transaction on `40001`/`40P01`: 3
     /// attempts, `10 ms · attempt²` plus up to 25 %, 5 s in all. Wrap the
     /// transaction, never a call inside one (anti-pattern 4).
     pub const fn db_tx() -> Self {
-        PolicyBuilder::db_tx().build_unchecked()
+        // Evaluated at compile time even where called at run time.
+        const POLICY: Policy = PolicyBuilder::db_tx().build_unchecked();
+        POLICY
     }
 
     /// A builder starting from [`Policy::http`].
@@ -78,8 +86,8 @@ impl Policy {
         PolicyBuilder {
             backoff: self.backoff,
             max_attempts: self.max_attempts,
-            max_elapsed: self.max_elapsed,
-            attempt_timeout: self.attempt_timeout,
+            max_elapsed: self.max_elapsed(),
+            attempt_timeout: self.attempt_timeout(),
         }
     }
 
@@ -95,13 +103,23 @@ impl Policy {
 
     /// The cap on the whole chain: attempts and pauses together.
     pub const fn max_elapsed(&self) -> Duration {
-        self.max_elapsed
+        Duration::from_nanos(self.max_elapsed)
     }
 
     /// The cap on one attempt, if any. The caller's deadline shortens it
     /// further when less time is left.
     pub const fn attempt_timeout(&self) -> Option<Duration> {
-        self.attempt_timeout
+        match self.attempt_timeout {
+            Some(nanos) => Some(Duration::from_nanos(nanos.get())),
+            None => None,
+        }
+    }
+
+    /// Whether attempts run under a timeout of their own, without building
+    /// the `Duration`: the first question of every attempt.
+    #[inline]
+    pub(crate) const fn has_attempt_timeout(&self) -> bool {
+        self.attempt_timeout.is_some()
     }
 }
 
@@ -253,11 +271,20 @@ impl PolicyBuilder {
     // For presets and for the macros, whose arguments were checked at compile time.
     #[doc(hidden)]
     pub const fn build_unchecked(self) -> Policy {
+        let attempt_timeout = match self.attempt_timeout {
+            // Checked by `build`; a zero timeout left unchecked is the
+            // shortest one there is, never "none".
+            Some(timeout) => match NonZeroU64::new(nanos(timeout)) {
+                Some(timeout) => Some(timeout),
+                None => Some(NonZeroU64::MIN),
+            },
+            None => None,
+        };
         Policy {
             backoff: self.backoff,
             max_attempts: self.max_attempts,
-            max_elapsed: self.max_elapsed,
-            attempt_timeout: self.attempt_timeout,
+            max_elapsed: nanos(self.max_elapsed),
+            attempt_timeout,
         }
     }
 }

@@ -711,7 +711,10 @@ fn a_dropped_call_marks_its_span_cancelled_without_a_recorder() {
     });
     let (name, fields) = collector.span(1);
     assert_eq!(name, "resilience.call");
-    assert!(fields.contains(&"status=cancelled".to_owned()), "{fields:?}");
+    assert!(
+        fields.contains(&"status=cancelled".to_owned()),
+        "{fields:?}"
+    );
     assert!(
         fields.contains(&"otel.status_code=ERROR".to_owned()),
         "{fields:?}"
