@@ -95,7 +95,7 @@ impl Attempts {
     /// A chain under `policy`, with the default jitter source.
     #[inline(always)]
     pub fn new(policy: Policy) -> Self {
-        Self::with_rng(policy, DefaultRng::default())
+        Self::with_rng(policy, DefaultRng)
     }
 }
 
