@@ -166,12 +166,12 @@ impl CallScope {
             Phase::Nested | Phase::Done => Entered {
                 _quiet: emit::QuietScope::enter(false),
                 current: None,
-                _span: None,
+                span: None,
             },
             phase => Entered {
                 _quiet: emit::QuietScope::enter(phase == Phase::Untimed),
                 current: Some(CURRENT.replace(Some(self.labels.get()))),
-                _span: self.span.get().map(|span| span.clone().entered()),
+                span: self.span.get().map(|span| span.clone().entered()),
             },
         }
     }
@@ -204,13 +204,17 @@ impl CallScope {
             Phase::Unpolled | Phase::Untimed => false,
         };
         if let Some(span) = self.span.get() {
-            span.record("status", status.as_str());
-            span.record(
-                "otel.status_code",
-                if status.is_ok() { "OK" } else { "ERROR" },
-            );
+            record_status(span, status);
         }
-        if let (true, Some(start)) = (timed, self.start.get()) {
+        if timed {
+            self.record_duration(status);
+        }
+    }
+
+    // Out of line: only a call that found a recorder gets here.
+    #[inline(never)]
+    fn record_duration(&self, status: Status) {
+        if let Some(start) = self.start.get() {
             emit::histogram(
                 REQUEST_DURATION_SECONDS,
                 self.labels.get(),
@@ -232,6 +236,16 @@ impl CallScope {
     pub fn labels(&self) -> Labels {
         self.labels.get()
     }
+}
+
+// Out of line: only a call some subscriber traces gets here.
+#[inline(never)]
+fn record_status(span: &Span, status: Status) {
+    span.record("status", status.as_str());
+    span.record(
+        "otel.status_code",
+        if status.is_ok() { "OK" } else { "ERROR" },
+    );
 }
 
 impl Drop for CallScope {
@@ -260,7 +274,7 @@ pub struct Entered {
     _quiet: emit::QuietScope,
     /// The labels to restore as current on drop.
     current: Option<Option<Labels>>,
-    _span: Option<tracing::span::EnteredSpan>,
+    span: Option<tracing::span::EnteredSpan>,
 }
 
 impl Drop for Entered {
@@ -269,7 +283,17 @@ impl Drop for Entered {
         if let Some(previous) = self.current {
             CURRENT.set(previous);
         }
+        // Taken here, so that the common `None` is a test inline rather
+        // than a call to the field's drop glue.
+        if let Some(span) = self.span.take() {
+            leave(span);
+        }
     }
+}
+
+#[inline(never)]
+fn leave(span: tracing::span::EnteredSpan) {
+    drop(span);
 }
 
 impl fmt::Debug for Entered {

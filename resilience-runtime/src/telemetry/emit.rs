@@ -99,6 +99,13 @@ mod facade {
         })
     }
 
+    /// Whether an emission made here now would reach a recorder: callers
+    /// test it before building labels.
+    #[inline(always)]
+    pub(crate) fn active() -> bool {
+        !QUIET.get() && installed()
+    }
+
     #[inline(always)]
     pub(crate) fn increment(
         name: &'static str,
@@ -205,6 +212,10 @@ mod facade {
         false
     }
     #[inline(always)]
+    pub(crate) fn active() -> bool {
+        false
+    }
+    #[inline(always)]
     pub(crate) fn increment(_: &'static str, _: Labels, _: &[(&'static str, &'static str)]) {}
     #[inline(always)]
     pub(crate) fn increment_unscoped(
@@ -226,7 +237,7 @@ mod facade {
     pub(crate) fn describe() {}
 }
 
-pub(crate) use facade::{QuietScope, gauge, histogram, increment, increment_unscoped};
+pub(crate) use facade::{QuietScope, active, gauge, histogram, increment, increment_unscoped};
 
 /// `true` when a `metrics` recorder is in scope for this thread (a local
 /// one, or the global one), so that the calls made here are recorded.

@@ -93,6 +93,13 @@ impl RetryMetrics {
 
     #[inline]
     fn attempt(&self, attempt: u32, result: AttemptResult) {
+        if emit::active() {
+            self.count_attempt(attempt, result);
+        }
+    }
+
+    #[inline(never)]
+    fn count_attempt(&self, attempt: u32, result: AttemptResult) {
         emit::increment(
             RETRIES_TOTAL,
             self.labels,
