@@ -65,23 +65,29 @@ async fn get_user_both_by_hand(id: u64) -> Result<u64, Error> {
             resilience::BreakerConfig::new().with_min_requests(20),
         )
     });
-    let policy = Policy::http();
+    let policy = resolved_policy();
     breaker
         .call(policy.retry(|| async move { Ok(black_box(id) + 1) }))
         .await
+}
+
+/// A policy resolved once at run time, as the attributes' is (the startup
+/// config may override it), rather than a constant the compiler can fold.
+fn resolved_policy() -> Policy {
+    static POLICY: std::sync::OnceLock<Policy> = std::sync::OnceLock::new();
+    *POLICY.get_or_init(|| {
+        Policy::builder()
+            .with_max_attempts(3)
+            .build()
+            .expect("a valid policy")
+    })
 }
 
 // What a careful user writes without the macro: a policy resolved once,
 // the runtime's executor around the same body.
 #[inline(never)]
 async fn get_user_by_hand(id: u64) -> Result<u64, Error> {
-    static POLICY: std::sync::OnceLock<Policy> = std::sync::OnceLock::new();
-    let policy = *POLICY.get_or_init(|| {
-        Policy::builder()
-            .with_max_attempts(3)
-            .build()
-            .expect("a valid policy")
-    });
+    let policy = resolved_policy();
     policy.retry(|| async move { Ok(black_box(id) + 1) }).await
 }
 
@@ -91,13 +97,7 @@ const BY_HAND: Labels = Labels::new("unknown_service", "bench-by-hand");
 
 #[inline(never)]
 async fn get_user_by_hand_observed(id: u64) -> Result<u64, Error> {
-    static POLICY: std::sync::OnceLock<Policy> = std::sync::OnceLock::new();
-    let policy = *POLICY.get_or_init(|| {
-        Policy::builder()
-            .with_max_attempts(3)
-            .build()
-            .expect("a valid policy")
-    });
+    let policy = resolved_policy();
     telemetry::observe(
         BY_HAND,
         policy
@@ -130,7 +130,7 @@ async fn get_user_both_by_hand_observed(id: u64) -> Result<u64, Error> {
             resilience::BreakerConfig::new().with_min_requests(20),
         )
     });
-    let policy = Policy::http();
+    let policy = resolved_policy();
     telemetry::observe(
         BY_HAND,
         breaker.call(
