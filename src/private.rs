@@ -19,7 +19,8 @@ use pin_project_lite::pin_project;
 use resilience_runtime::breaker::{BreakerConfig, Call, CircuitBreaker, Permit};
 use resilience_runtime::registry;
 use resilience_runtime::retry::{
-    AttemptTimer, Attempts, Classify, Event, GiveUp, Next, Policy, PolicyBuilder, Reason, Verdict,
+    AttemptTimer, Attempts, Classify, DefaultRng, Event, GiveUp, Next, Policy, PolicyBuilder,
+    Reason, Verdict,
 };
 use resilience_runtime::telemetry::{self, CallScope, Fallback, Labels, Observed, Status};
 use resilience_runtime::{DependencyDown, Error};
@@ -54,20 +55,20 @@ impl RetrySite {
 
     /// The labels of its metrics: the registry's service, the site's name.
     #[inline]
-    pub fn labels(&self) -> Labels {
+    pub fn labels(&'static self) -> Labels {
         self.resolve().1
     }
 
     /// The policy in force: resolved on the first call from the global
     /// registry (the config file, then the code, then the attribute).
     #[inline]
-    pub fn policy(&self) -> Policy {
+    pub fn policy(&'static self) -> Policy {
         self.resolve().0
     }
 
     #[inline]
-    fn resolve(&self) -> (Policy, Labels) {
-        *self.resolved.get_or_init(|| {
+    fn resolve(&'static self) -> &'static (Policy, Labels) {
+        self.resolved.get_or_init(|| {
             let registry = registry::global();
             (
                 registry.policy(self.name, self.defaults),
@@ -90,8 +91,9 @@ pub struct Custom<W>(W);
 /// logical call.
 #[derive(Debug)]
 pub struct Chain<W> {
-    // The runtime's rules, shared with `Policy::retry`: only the loop is ours.
-    attempts: Attempts,
+    // The runtime's rules, shared with `Policy::retry`: only the loop is
+    // ours. The policy stays in the site's `static`, not copied per call.
+    attempts: Attempts<DefaultRng, &'static Policy>,
     when: W,
     /// The logical call's span, clock and attempt metrics.
     scope: CallScope,
@@ -115,9 +117,9 @@ impl<W> Chain<W> {
     fn new(site: &'static RetrySite, when: W) -> Self {
         let (policy, labels) = site.resolve();
         Self {
-            attempts: Attempts::new(policy),
+            attempts: Attempts::borrowed(policy),
             when,
-            scope: CallScope::new(labels),
+            scope: CallScope::new(*labels),
             reason: None,
         }
     }

@@ -1,5 +1,6 @@
 //! The rules of one retry chain, for code that drives its own attempts.
 
+use std::borrow::Borrow;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -77,14 +78,19 @@ pub enum Next {
 /// assert_eq!(attempts.attempt(), 3);
 /// # }
 /// ```
+///
+/// The chain holds its policy by value ([`Attempts::new`]) or, for a
+/// policy that outlives it such as one resolved once into a `static`, by
+/// reference ([`Attempts::borrowed`]), which saves copying it for every
+/// call.
 // `repr(C)`, policy first: a chain is built by copying the policy in, and
 // with the counter laid out in front of it the copy read the policy at a
 // 4-byte offset from how it was written, which stalls the store buffer and
 // cost a third of the success path.
 #[derive(Debug)]
 #[repr(C)]
-pub struct Attempts<R = DefaultRng> {
-    policy: Policy,
+pub struct Attempts<R = DefaultRng, P = Policy> {
+    policy: P,
     start: Option<Instant>,
     previous_delay: Duration,
     attempt: u32,
@@ -99,10 +105,19 @@ impl Attempts {
     }
 }
 
-impl<R> Attempts<R> {
-    /// A chain under `policy` drawing jitter from `rng`.
+impl<'a> Attempts<DefaultRng, &'a Policy> {
+    /// A chain under a policy it borrows, with the default jitter source.
     #[inline(always)]
-    pub fn with_rng(policy: Policy, rng: R) -> Self {
+    pub fn borrowed(policy: &'a Policy) -> Self {
+        Self::with_rng(policy, DefaultRng)
+    }
+}
+
+impl<R, P: Borrow<Policy>> Attempts<R, P> {
+    /// A chain under `policy` (a [`Policy`] or a reference to one) drawing
+    /// jitter from `rng`.
+    #[inline(always)]
+    pub fn with_rng(policy: P, rng: R) -> Self {
         Self {
             policy,
             attempt: 0,
@@ -115,7 +130,7 @@ impl<R> Attempts<R> {
     /// The policy in force.
     #[inline]
     pub fn policy(&self) -> &Policy {
-        &self.policy
+        self.policy.borrow()
     }
 
     /// Attempts started so far; the current one while it runs.
@@ -140,7 +155,7 @@ impl<R> Attempts<R> {
     #[inline]
     pub fn begin(&mut self) -> Result<Option<(Instant, Cut)>, GiveUp> {
         let deadline = deadline::current();
-        if deadline.is_none() && self.start.is_none() && !self.policy.has_attempt_timeout() {
+        if deadline.is_none() && self.start.is_none() && !self.policy().has_attempt_timeout() {
             // The first attempt of a call with no deadline and no attempt
             // timeout: the path every healthy call takes, inline.
             self.attempt += 1;
@@ -151,7 +166,7 @@ impl<R> Attempts<R> {
 
     #[inline(never)]
     fn begin_timed(&mut self, deadline: Option<Instant>) -> Result<Option<(Instant, Cut)>, GiveUp> {
-        let timeout = self.policy.attempt_timeout();
+        let timeout = self.policy().attempt_timeout();
         let mut timer = None;
         if deadline.is_some() || timeout.is_some() || self.start.is_some() {
             let now = Instant::now();
@@ -159,7 +174,7 @@ impl<R> Attempts<R> {
             if deadline.is_some_and(|deadline| deadline <= now) {
                 return Err(GiveUp::Deadline);
             }
-            let mut until = (start + self.policy.max_elapsed(), Cut::Budget);
+            let mut until = (start + self.policy().max_elapsed(), Cut::Budget);
             if let Some(timeout) = timeout {
                 if now + timeout < until.0 {
                     until = (now + timeout, Cut::AttemptTimeout(timeout));
@@ -181,7 +196,7 @@ impl<R> Attempts<R> {
     #[inline]
     pub fn pending(&mut self) -> (Instant, Cut) {
         let start = *self.start.get_or_insert_with(Instant::now);
-        (start + self.policy.max_elapsed(), Cut::Budget)
+        (start + self.policy().max_elapsed(), Cut::Budget)
     }
 
     /// A timer fired: the runtime error the attempt ends with, and whether
@@ -192,14 +207,14 @@ impl<R> Attempts<R> {
             Cut::AttemptTimeout(timeout) => (Error::AttemptTimeout(timeout), None),
             Cut::Deadline => (Error::DeadlineExceeded, Some(GiveUp::Deadline)),
             Cut::Budget => (
-                Error::BudgetExhausted(self.policy.max_elapsed()),
+                Error::BudgetExhausted(self.policy().max_elapsed()),
                 Some(GiveUp::Elapsed),
             ),
         }
     }
 }
 
-impl<R: RngCore> Attempts<R> {
+impl<R: RngCore, P: Borrow<Policy>> Attempts<R, P> {
     /// The current attempt failed with an error judged `verdict`: stop on a
     /// permanent error, after the last attempt, or when the pause would
     /// cross the budget or the caller's deadline (never sleep uselessly);
@@ -208,22 +223,23 @@ impl<R: RngCore> Attempts<R> {
         if !verdict.is_retryable() {
             return Next::GiveUp(GiveUp::Permanent);
         }
-        if self.attempt >= self.policy.max_attempts() {
+        if self.attempt >= self.policy().max_attempts() {
             return Next::GiveUp(GiveUp::Exhausted);
         }
         let now = Instant::now();
         let start = *self.start.get_or_insert(now);
         let retry = self.attempt.saturating_sub(1);
-        let mut delay = self
-            .policy
-            .backoff()
-            .delay(retry, self.previous_delay, &mut self.rng);
+        let mut delay =
+            self.policy
+                .borrow()
+                .backoff()
+                .delay(retry, self.previous_delay, &mut self.rng);
         self.previous_delay = delay;
         if let Verdict::RetryAfter(asked) = verdict {
             delay = delay.max(asked);
         }
         let budget_left = self
-            .policy
+            .policy()
             .max_elapsed()
             .saturating_sub(now.saturating_duration_since(start));
         let deadline_left = deadline::current().map(|at| at.saturating_duration_since(now));
@@ -280,9 +296,9 @@ impl AttemptTimer {
     /// To be polled while the attempt is pending: ready with the [`Cut`]
     /// once the timer fired. An attempt that started without a timer gets
     /// the chain's budget from its first `Pending` on.
-    pub fn poll_cut<R>(
+    pub fn poll_cut<R, P: Borrow<Policy>>(
         self: Pin<&mut Self>,
-        attempts: &mut Attempts<R>,
+        attempts: &mut Attempts<R, P>,
         cx: &mut Context<'_>,
     ) -> Poll<Cut> {
         let mut this = self.project();
