@@ -44,31 +44,36 @@ async fn get_user_breaker(id: u64) -> Result<u64, Error> {
 
 #[inline(never)]
 async fn get_user_breaker_by_hand(id: u64) -> Result<u64, Error> {
-    static BREAKER: std::sync::OnceLock<&'static resilience::CircuitBreaker> =
-        std::sync::OnceLock::new();
-    let breaker = BREAKER.get_or_init(|| {
-        resilience::registry::global().breaker(
-            "bench-by-hand",
-            resilience::BreakerConfig::new().with_min_requests(20),
-        )
-    });
+    let breaker = breaker_by_hand();
     breaker.call(async move { Ok(black_box(id) + 1) }).await
 }
 
 #[inline(never)]
 async fn get_user_both_by_hand(id: u64) -> Result<u64, Error> {
-    static BREAKER: std::sync::OnceLock<&'static resilience::CircuitBreaker> =
-        std::sync::OnceLock::new();
-    let breaker = BREAKER.get_or_init(|| {
-        resilience::registry::global().breaker(
-            "bench-both-by-hand",
-            resilience::BreakerConfig::new().with_min_requests(20),
-        )
-    });
+    let breaker = breaker_both_by_hand();
     let policy = resolved_policy();
     breaker
         .call(policy.retry(|| async move { Ok(black_box(id) + 1) }))
         .await
+}
+
+/// The breakers of the hand-written lines, resolved once from the registry
+/// into a `static`, as the attributes' are.
+fn breaker_by_hand() -> &'static resilience::CircuitBreaker {
+    static BREAKER: std::sync::OnceLock<&'static resilience::CircuitBreaker> =
+        std::sync::OnceLock::new();
+    BREAKER.get_or_init(|| registered_breaker("bench-by-hand"))
+}
+
+fn breaker_both_by_hand() -> &'static resilience::CircuitBreaker {
+    static BREAKER: std::sync::OnceLock<&'static resilience::CircuitBreaker> =
+        std::sync::OnceLock::new();
+    BREAKER.get_or_init(|| registered_breaker("bench-both-by-hand"))
+}
+
+fn registered_breaker(name: &'static str) -> &'static resilience::CircuitBreaker {
+    resilience::registry::global()
+        .breaker(name, resilience::BreakerConfig::new().with_min_requests(20))
 }
 
 /// A policy resolved once at run time, as the attributes' is (the startup
@@ -109,27 +114,13 @@ async fn get_user_by_hand_observed(id: u64) -> Result<u64, Error> {
 
 #[inline(never)]
 async fn get_user_breaker_by_hand_observed(id: u64) -> Result<u64, Error> {
-    static BREAKER: std::sync::OnceLock<&'static resilience::CircuitBreaker> =
-        std::sync::OnceLock::new();
-    let breaker = BREAKER.get_or_init(|| {
-        resilience::registry::global().breaker(
-            "bench-by-hand",
-            resilience::BreakerConfig::new().with_min_requests(20),
-        )
-    });
+    let breaker = breaker_by_hand();
     telemetry::observe(BY_HAND, breaker.call(async move { Ok(black_box(id) + 1) })).await
 }
 
 #[inline(never)]
 async fn get_user_both_by_hand_observed(id: u64) -> Result<u64, Error> {
-    static BREAKER: std::sync::OnceLock<&'static resilience::CircuitBreaker> =
-        std::sync::OnceLock::new();
-    let breaker = BREAKER.get_or_init(|| {
-        resilience::registry::global().breaker(
-            "bench-both-by-hand",
-            resilience::BreakerConfig::new().with_min_requests(20),
-        )
-    });
+    let breaker = breaker_both_by_hand();
     let policy = resolved_policy();
     telemetry::observe(
         BY_HAND,

@@ -32,3 +32,14 @@ pub use error::{ConfigError, DependencyDown, Error};
 pub use idempotency::IdempotencyKey;
 pub use registry::Registry;
 pub use retry::{Classify, Policy, Verdict};
+
+/// `duration` in nanoseconds, saturating past `u64::MAX` (584 years): the
+/// compact form the breaker's clock and the retry policy keep durations in.
+pub(crate) const fn duration_nanos(duration: std::time::Duration) -> u64 {
+    let nanos = duration.as_nanos();
+    if nanos > u64::MAX as u128 {
+        u64::MAX
+    } else {
+        nanos as u64
+    }
+}

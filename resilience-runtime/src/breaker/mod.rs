@@ -92,6 +92,7 @@ use self::state::{
 };
 use self::sync::{Arc, AtomicU64, Ordering::*, RwLock};
 use self::window::{Counts, SlidingWindow};
+use crate::duration_nanos;
 use crate::error::{ConfigError, DependencyDown, Error};
 use crate::retry::{ByClassify, Classify, When};
 use crate::telemetry::{self, Labels};
@@ -500,8 +501,7 @@ impl CircuitBreaker {
 impl Inner {
     /// Nanoseconds on tokio's clock since the breaker was created.
     fn now(&self) -> u64 {
-        let elapsed = Instant::now().saturating_duration_since(self.origin);
-        u64::try_from(elapsed.as_nanos()).unwrap_or(u64::MAX)
+        duration_nanos(Instant::now().saturating_duration_since(self.origin))
     }
 
     /// Moves a time window to the bucket of `now`.
@@ -681,10 +681,6 @@ impl Inner {
         }
         true
     }
-}
-
-fn duration_nanos(d: Duration) -> u64 {
-    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
 
 impl fmt::Debug for CircuitBreaker {

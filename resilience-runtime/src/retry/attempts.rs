@@ -293,6 +293,12 @@ impl AttemptTimer {
         }
     }
 
+    /// Whether a timer cuts the attempt in flight.
+    #[inline]
+    pub(crate) fn is_armed(&self) -> bool {
+        self.cut.is_some()
+    }
+
     /// To be polled while the attempt is pending: ready with the [`Cut`]
     /// once the timer fired. An attempt that started without a timer gets
     /// the chain's budget from its first `Pending` on.

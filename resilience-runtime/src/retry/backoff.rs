@@ -4,6 +4,7 @@ use std::time::Duration;
 
 use rand::{Rng, RngCore};
 
+use crate::duration_nanos;
 use crate::error::ConfigError;
 
 /// The smallest jitter factor accepted: below 10 % clients that failed
@@ -73,16 +74,6 @@ pub struct Backoff {
     jitter: Jitter,
 }
 
-/// `duration` in nanoseconds; past `u64::MAX` (584 years) it saturates.
-pub(crate) const fn nanos(duration: Duration) -> u64 {
-    let nanos = duration.as_nanos();
-    if nanos > u64::MAX as u128 {
-        u64::MAX
-    } else {
-        nanos as u64
-    }
-}
-
 impl Default for Backoff {
     fn default() -> Self {
         Self::new()
@@ -93,9 +84,9 @@ impl Backoff {
     /// The SPEC's HTTP schedule (see [# Default](Self#default)).
     pub const fn new() -> Self {
         Self {
-            initial: nanos(Duration::from_millis(100)),
+            initial: duration_nanos(Duration::from_millis(100)),
             multiplier: 2.0,
-            max_interval: nanos(Duration::from_secs(2)),
+            max_interval: duration_nanos(Duration::from_secs(2)),
             growth: Growth::Exponential,
             jitter: Jitter::Symmetric(0.25),
         }
@@ -120,7 +111,7 @@ impl Backoff {
 
     /// The first pause, before randomization.
     pub const fn with_initial(mut self, initial: Duration) -> Self {
-        self.initial = nanos(initial);
+        self.initial = duration_nanos(initial);
         self
     }
 
@@ -132,7 +123,7 @@ impl Backoff {
 
     /// The cap on one pause, before randomization.
     pub const fn with_max_interval(mut self, max_interval: Duration) -> Self {
-        self.max_interval = nanos(max_interval);
+        self.max_interval = duration_nanos(max_interval);
         self
     }
 

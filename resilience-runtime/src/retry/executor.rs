@@ -322,6 +322,27 @@ impl<F, Fut, N, W, R> fmt::Debug for Retry<F, Fut, N, W, R> {
 }
 
 impl<F, Fut, N, W, R> RetryProj<'_, F, Fut, N, W, R> {
+    /// Starts the next attempt, armed with whatever timer must cut it; or
+    /// gives up when the caller's deadline has passed.
+    #[inline(always)]
+    fn start_attempt<T, E>(&mut self) -> Option<Poll<Result<T, E>>>
+    where
+        F: FnMut() -> Fut,
+        E: From<Error>,
+        N: Notify<E>,
+    {
+        match self.attempts.begin() {
+            Ok(timer) => self.timer.as_mut().start(timer),
+            Err(reason) => {
+                let error = E::from(Error::DeadlineExceeded);
+                return Some(self.give_up(error, reason));
+            }
+        }
+        let fut = (self.op)();
+        self.state.set(State::Running { fut });
+        None
+    }
+
     #[inline]
     fn give_up<T, E>(&mut self, error: E, reason: GiveUp) -> Poll<Result<T, E>>
     where
@@ -356,32 +377,23 @@ where
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let mut this = self.project();
         let first = if let StateProj::Idle = this.state.as_mut().project() {
-            match this.attempts.begin() {
-                Ok(None) => {
-                    let fut = (this.op)();
-                    this.state.set(State::Running { fut });
-                    let StateProj::Running { fut } = this.state.as_mut().project() else {
-                        unreachable!("the attempt was just stored");
-                    };
-                    match fut.poll(cx) {
-                        Poll::Ready(Ok(value)) => {
-                            this.state.set(State::Done);
-                            let attempt = this.attempts.attempt();
-                            this.notify.notify(&Event::Success { attempt });
-                            return Poll::Ready(Ok(value));
-                        }
-                        other => Some(other),
+            if let Some(gave_up) = this.start_attempt() {
+                return gave_up;
+            }
+            if this.timer.is_armed() {
+                None
+            } else {
+                let StateProj::Running { fut } = this.state.as_mut().project() else {
+                    unreachable!("the attempt was just stored");
+                };
+                match fut.poll(cx) {
+                    Poll::Ready(Ok(value)) => {
+                        this.state.set(State::Done);
+                        let attempt = this.attempts.attempt();
+                        this.notify.notify(&Event::Success { attempt });
+                        return Poll::Ready(Ok(value));
                     }
-                }
-                Ok(timer) => {
-                    this.timer.as_mut().start(timer);
-                    let fut = (this.op)();
-                    this.state.set(State::Running { fut });
-                    None
-                }
-                Err(reason) => {
-                    let error = E::from(Error::DeadlineExceeded);
-                    return this.give_up(error, reason);
+                    other => Some(other),
                 }
             }
         } else {
@@ -411,15 +423,9 @@ where
         loop {
             match this.state.as_mut().project() {
                 StateProj::Idle => {
-                    match this.attempts.begin() {
-                        Ok(timer) => this.timer.as_mut().start(timer),
-                        Err(reason) => {
-                            let error = E::from(Error::DeadlineExceeded);
-                            return this.give_up(error, reason);
-                        }
+                    if let Some(gave_up) = this.start_attempt() {
+                        return gave_up;
                     }
-                    let fut = (this.op)();
-                    this.state.set(State::Running { fut });
                 }
                 StateProj::Running { fut } => {
                     let polled = match first.take() {

@@ -3,7 +3,8 @@
 use std::num::NonZeroU64;
 use std::time::Duration;
 
-use super::backoff::{Backoff, Jitter, nanos};
+use super::backoff::{Backoff, Jitter};
+use crate::duration_nanos;
 use crate::error::ConfigError;
 
 /// What a retry chain may do: how many attempts, how long in all, how long
@@ -274,7 +275,7 @@ impl PolicyBuilder {
         let attempt_timeout = match self.attempt_timeout {
             // Checked by `build`; a zero timeout left unchecked is the
             // shortest one there is, never "none".
-            Some(timeout) => match NonZeroU64::new(nanos(timeout)) {
+            Some(timeout) => match NonZeroU64::new(duration_nanos(timeout)) {
                 Some(timeout) => Some(timeout),
                 None => Some(NonZeroU64::MIN),
             },
@@ -283,7 +284,7 @@ impl PolicyBuilder {
         Policy {
             backoff: self.backoff,
             max_attempts: self.max_attempts,
-            max_elapsed: nanos(self.max_elapsed),
+            max_elapsed: duration_nanos(self.max_elapsed),
             attempt_timeout,
         }
     }

@@ -166,12 +166,12 @@ impl CallScope {
             Phase::Nested | Phase::Done => Entered {
                 _quiet: emit::QuietScope::enter(false),
                 current: None,
-                span: None,
+                _span: None,
             },
             phase => Entered {
                 _quiet: emit::QuietScope::enter(phase == Phase::Untimed),
                 current: Some(CURRENT.replace(Some(self.labels.get()))),
-                span: self.span.get().map(|span| span.clone().entered()),
+                _span: self.span.get().map(|span| span.clone().entered()),
             },
         }
     }
@@ -274,7 +274,7 @@ pub struct Entered {
     _quiet: emit::QuietScope,
     /// The labels to restore as current on drop.
     current: Option<Option<Labels>>,
-    span: Option<tracing::span::EnteredSpan>,
+    _span: Option<tracing::span::EnteredSpan>,
 }
 
 impl Drop for Entered {
@@ -283,17 +283,7 @@ impl Drop for Entered {
         if let Some(previous) = self.current {
             CURRENT.set(previous);
         }
-        // Taken here, so that the common `None` is a test inline rather
-        // than a call to the field's drop glue.
-        if let Some(span) = self.span.take() {
-            leave(span);
-        }
     }
-}
-
-#[inline(never)]
-fn leave(span: tracing::span::EnteredSpan) {
-    drop(span);
 }
 
 impl fmt::Debug for Entered {
