@@ -205,7 +205,7 @@ fn contended(c: &mut Criterion) {
 }
 
 fn memory(_: &mut Criterion) {
-    let _ = closed(); // the first breaker caches the stripe count
+    let _ = closed(); // what the first breaker of a process sets up once is not its own
     let before = LIVE_BYTES.load(Relaxed);
     let breaker = closed();
     let heap = LIVE_BYTES.load(Relaxed) - before;

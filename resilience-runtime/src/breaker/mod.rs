@@ -59,13 +59,15 @@
 //! # Cost
 //!
 //! The closed path reads one shared word and adds one to a counter of a
-//! per-thread stripe: no lock, no allocation and no clock read. An open
+//! stripe only the calling thread writes, with a plain store: no lock, no
+//! locked instruction, no allocation and no clock read. An open
 //! breaker rejects with one load. Time is tokio's clock, read only on the
 //! slow paths (failures, transitions) and by one small ticker task per
 //! runtime that advances every window at its bucket boundaries; see [`CircuitBreaker`]
 //! for the details and `BENCHMARKS.md` for the figures.
 
 mod config;
+mod owner;
 mod state;
 mod sync;
 #[cfg(not(loom))]
@@ -241,11 +243,11 @@ impl CircuitBreaker {
         Ok(Self::with_stripes(
             Labels::new(service, name),
             config,
-            SlidingWindow::default_stripes(),
+            owner::OWNED,
         ))
     }
 
-    fn with_stripes(labels: Labels, config: BreakerConfig, stripes: usize) -> Self {
+    fn with_stripes(labels: Labels, config: BreakerConfig, owned: usize) -> Self {
         let name = labels.target();
         telemetry::breaker_created(labels, State::Closed);
         CircuitBreaker {
@@ -257,7 +259,7 @@ impl CircuitBreaker {
                 bucket_width: config.bucket_width(),
                 open_until: AtomicU64::new(0),
                 probes: AtomicU64::new(0),
-                window: SlidingWindow::new(stripes),
+                window: SlidingWindow::new(owned),
                 origin: Instant::now(),
                 hooks: RwLock::new(Vec::new()),
             }),
@@ -756,8 +758,19 @@ impl Permit<'_> {
 
     #[inline]
     fn settle(&mut self, failed: bool) {
-        let Some(admission) = Admission::unpack(std::mem::replace(&mut self.admission, TAKEN))
-        else {
+        let packed = std::mem::replace(&mut self.admission, TAKEN);
+        let inner = &*self.breaker.inner;
+        // The path of a healthy dependency, inline: one stripe store.
+        if packed == Admission::Closed.pack() && !failed && inner.config.slow_call().is_none() {
+            inner.window.add_success();
+            return;
+        }
+        self.settle_rest(packed, failed);
+    }
+
+    #[inline(never)]
+    fn settle_rest(&self, packed: u64, failed: bool) {
+        let Some(admission) = Admission::unpack(packed) else {
             return;
         };
         let inner = &*self.breaker.inner;

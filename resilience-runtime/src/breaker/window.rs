@@ -1,16 +1,17 @@
 //! The sliding window: striped cumulative counters plus a ring of bucket
 //! bases.
 //!
-//! A call adds to the counters of its thread's stripe, a cache line of its
-//! own, so threads do not fight over one line. Nothing is ever reset on the
-//! hot path: at each bucket boundary the window records the sums of all
-//! stripes as the base of the new bucket, and the counts of the window are
-//! "sums now − base of the oldest bucket still in the window". A failure
+//! A call adds to the counters of its thread's stripe, a cache line that
+//! no other thread writes (see [`owner`](super::owner)): counting is a
+//! plain load and store, and threads do not fight over a line. Nothing is
+//! ever reset on the hot path: at each bucket boundary the window records
+//! the sums of all stripes as the base of the new bucket, and the counts
+//! of the window are "sums now − base of the oldest bucket still in the
+//! window". A failure
 //! thus leaves the window one bucket (a tenth of it) at a time.
 
-use std::cell::Cell;
-
 use super::config::BUCKETS;
+use super::owner::{self, OWNED};
 use super::sync::{AtomicBool, AtomicU64, Ordering::*};
 
 /// Counts of the calls in a window.
@@ -26,7 +27,7 @@ pub(crate) struct Counts {
 // gain this machine could not measure, so 64 it is.)
 #[repr(align(64))]
 #[derive(Debug)]
-pub(crate) struct Stripe {
+struct Stripe {
     calls: AtomicU64,
     failures: AtomicU64,
     slow: AtomicU64,
@@ -41,6 +42,7 @@ struct Base {
 
 #[derive(Debug)]
 pub(crate) struct SlidingWindow {
+    /// One stripe per owning thread, then the one the others share.
     stripes: Box<[Stripe]>,
     bases: [Base; BUCKETS],
     /// The current bucket: time since the breaker's origin, or calls, divided
@@ -49,47 +51,19 @@ pub(crate) struct SlidingWindow {
     rotating: AtomicBool,
 }
 
-// Each thread starts on its own stripe (round robin) and moves on when it
-// finds its stripe contended, as `LongAdder` does.
-static NEXT_THREAD: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-thread_local! {
-    static PROBE: Cell<usize> = const { Cell::new(usize::MAX) };
-}
-
-#[inline]
-fn probe() -> usize {
-    PROBE.with(|p| {
-        let v = p.get();
-        if v != usize::MAX {
-            v
-        } else {
-            let v =
-                NEXT_THREAD.fetch_add(1, std::sync::atomic::Ordering::Relaxed) & (usize::MAX >> 1);
-            p.set(v);
-            v
-        }
-    })
-}
-
-#[cold]
-fn rehash() -> usize {
-    PROBE.with(|p| {
-        // xorshift: a contended thread jumps to a pseudo-random stripe.
-        let mut v = p.get() | 1;
-        v ^= v << 13;
-        v ^= v >> 7;
-        v ^= v << 17;
-        let v = v & (usize::MAX >> 1);
-        p.set(v);
-        v
-    })
+/// One more call on a counter only this thread writes: a plain load and
+/// store, where `fetch_add` would be a locked instruction.
+#[inline(always)]
+fn bump(counter: &AtomicU64) {
+    counter.store(counter.load(Relaxed).wrapping_add(1), Relaxed);
 }
 
 impl SlidingWindow {
-    pub(crate) fn new(stripes: usize) -> SlidingWindow {
-        let stripes = stripes.next_power_of_two();
+    /// A window with `owned` stripes for the threads that own one (see
+    /// [`owner`](super::owner)), and one more for the others.
+    pub(crate) fn new(owned: usize) -> SlidingWindow {
         SlidingWindow {
-            stripes: (0..stripes)
+            stripes: (0..=owned.clamp(1, OWNED))
                 .map(|_| Stripe {
                     calls: AtomicU64::new(0),
                     failures: AtomicU64::new(0),
@@ -106,51 +80,59 @@ impl SlidingWindow {
         }
     }
 
-    /// The number of stripes for this machine: one per core, 2 to 4.
-    ///
-    /// Four is the cap that keeps a breaker within 1 KiB on any machine
-    /// (each stripe is a cache line); beyond four cores, threads that
-    /// collide on a stripe move to another one (see `rehash`), and a
-    /// breaker guards network calls, so four lines absorb the contention.
-    pub(crate) fn default_stripes() -> usize {
-        // Asking the OS reads cgroup files: once per process is enough.
-        static STRIPES: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-        *STRIPES.get_or_init(|| {
-            std::thread::available_parallelism()
-                .map_or(4, |n| n.get())
-                .clamp(2, 4)
-                .next_power_of_two()
-        })
+    /// The stripe owned by the thread in `slot`, if this window has it.
+    #[inline(always)]
+    fn owned(&self, slot: usize) -> Option<&Stripe> {
+        let owned = self.stripes.len() - 1;
+        self.stripes[..owned].get(slot)
     }
 
-    #[inline]
-    fn stripe(&self) -> &Stripe {
-        &self.stripes[probe() & (self.stripes.len() - 1)]
-    }
-
-    /// Counts one successful call: one uncontended read-modify-write.
+    /// Counts one successful call.
     #[inline]
     pub(crate) fn add_success(&self) {
-        let stripe = self.stripe();
-        let calls = stripe.calls.load(Relaxed);
-        if stripe
-            .calls
-            .compare_exchange_weak(calls, calls + 1, Relaxed, Relaxed)
-            .is_err()
-        {
-            self.add_success_contended();
-        }
+        self.add_success_at(owner::slot());
     }
 
-    #[cold]
-    fn add_success_contended(&self) {
-        let stripe = &self.stripes[rehash() & (self.stripes.len() - 1)];
-        stripe.calls.fetch_add(1, Relaxed);
+    /// [`add_success`](Self::add_success) for the thread in `slot`.
+    #[inline(always)]
+    pub(crate) fn add_success_at(&self, slot: usize) {
+        match self.owned(slot) {
+            Some(stripe) => bump(&stripe.calls),
+            None => self.add_unowned(false, false),
+        }
     }
 
     /// Counts a call that failed, was slow, or both.
     pub(crate) fn add(&self, failed: bool, slow: bool) {
-        let stripe = self.stripe();
+        self.add_at(owner::slot(), failed, slow);
+    }
+
+    /// [`add`](Self::add) for the thread in `slot`.
+    pub(crate) fn add_at(&self, slot: usize, failed: bool, slow: bool) {
+        match self.owned(slot) {
+            Some(stripe) => {
+                bump(&stripe.calls);
+                if failed {
+                    bump(&stripe.failures);
+                }
+                if slow {
+                    bump(&stripe.slow);
+                }
+            }
+            None => self.add_unowned(failed, slow),
+        }
+    }
+
+    /// A thread without a stripe of its own: it claims one if it can,
+    /// otherwise counts on the shared stripe, atomically.
+    #[cold]
+    fn add_unowned(&self, failed: bool, slow: bool) {
+        if let Some(slot) = owner::claim().filter(|&slot| self.owned(slot).is_some()) {
+            return self.add_at(slot, failed, slow);
+        }
+        let Some(stripe) = self.stripes.last() else {
+            return;
+        };
         stripe.calls.fetch_add(1, Relaxed);
         if failed {
             stripe.failures.fetch_add(1, Relaxed);
@@ -230,7 +212,7 @@ mod tests {
 
     #[test]
     fn failures_leave_the_window_one_bucket_at_a_time() {
-        let w = SlidingWindow::new(2);
+        let w = SlidingWindow::new(owner::OWNED);
         w.add(true, false); // bucket 0
         w.rotate(1, w.totals(), |_| u64::MAX);
         w.add(true, false); // bucket 1
@@ -256,5 +238,58 @@ mod tests {
         w.add_success();
         w.clear();
         assert_eq!(w.counts(w.totals()), Counts::default());
+    }
+
+    /// More threads than owned stripes, some of them short-lived, count
+    /// while the window rotates: owners write with plain stores, so two
+    /// threads on one owned stripe would lose counts here.
+    #[test]
+    fn threads_with_and_without_a_stripe_lose_no_count() {
+        let w = std::sync::Arc::new(SlidingWindow::new(owner::OWNED));
+        let rotations = {
+            let w = w.clone();
+            std::thread::spawn(move || {
+                for epoch in 1..200 {
+                    let before = w.totals();
+                    w.rotate(epoch, before, |_| u64::MAX);
+                    let after = w.totals();
+                    assert!(after.calls >= before.calls && after.failures >= before.failures);
+                }
+            })
+        };
+        let counters: Vec<_> = (0..3 * owner::OWNED)
+            .map(|_| {
+                let w = w.clone();
+                std::thread::spawn(move || {
+                    // Every third thread exits early, handing its stripe on.
+                    for round in 0..3 {
+                        let w = w.clone();
+                        std::thread::spawn(move || {
+                            for i in 0..20_000 {
+                                w.add_success();
+                                if i % 10 == round {
+                                    w.add(true, false);
+                                }
+                            }
+                        })
+                        .join()
+                        .unwrap();
+                    }
+                })
+            })
+            .collect();
+        for t in counters {
+            t.join().unwrap();
+        }
+        rotations.join().unwrap();
+        let threads = 3 * owner::OWNED as u64 * 3;
+        assert_eq!(
+            w.totals(),
+            Counts {
+                calls: threads * 22_000,
+                failures: threads * 2_000,
+                slow: 0
+            }
+        );
     }
 }
