@@ -3,6 +3,7 @@
 use std::cell::{Cell, OnceCell};
 use std::fmt;
 use std::future::Future;
+use std::mem::ManuallyDrop;
 use std::pin::Pin;
 use std::task::{Context, Poll, ready};
 
@@ -56,7 +57,10 @@ pub fn observe<Fut>(labels: Labels, call: Fut) -> Observed<Fut> {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Phase {
     Unpolled,
-    /// Started, with no recorder: nothing to time.
+    /// Started with no recorder and no span wanted: only the attempts'
+    /// events are left to emit, and no inner call needs to know of it.
+    Quiet,
+    /// Started, with no recorder: nothing to time, but a span.
     Untimed,
     /// Started, timed from `CallScope::start`.
     Timed,
@@ -80,12 +84,15 @@ std::thread_local! {
 /// A scope first entered while another one is entered on the same thread
 /// (a `#[retry]` fn under a `#[circuit_breaker]`, an `observe` around an
 /// annotated fn) is the same logical call: it opens no span, records no
-/// duration, and counts its attempts under the outer call's labels.
+/// duration, and counts its attempts under the outer call's labels. An
+/// outer call that nobody traces and that found no recorder leaves no
+/// trace on the thread: there is nothing to join, and the inner call finds
+/// that out for itself.
 ///
 /// Every call pays for it, so it is kept lean: without a subscriber that
-/// wants the span and without a metrics recorder, a call costs one
-/// callsite check, one recorder lookup and a few thread-local writes, and
-/// reads no clock.
+/// wants the span and without a metrics recorder, a call costs one level
+/// check, one recorder lookup and one thread-local read; it writes no
+/// thread-local, builds no span and reads no clock.
 ///
 /// ```
 /// use resilience_runtime::telemetry::{CallScope, Labels, Status};
@@ -102,8 +109,9 @@ pub struct CallScope {
     phase: Cell<Phase>,
     /// When the first attempt started, in the `Timed` phase.
     start: Cell<Option<Instant>>,
-    /// The `resilience.call` span, kept only when a subscriber wants it.
-    span: OnceCell<Span>,
+    /// The `resilience.call` span, kept only when a subscriber wants it;
+    /// dropped by hand (see `Entered::span`).
+    span: ManuallyDrop<OnceCell<Span>>,
     /// The attempt hook's state; its labels are `labels` (not a second
     /// copy, which would make every annotated fn's future 32 bytes larger).
     last_attempt: Cell<u32>,
@@ -118,7 +126,7 @@ impl CallScope {
             labels: Cell::new(labels),
             phase: Cell::new(Phase::Unpolled),
             start: Cell::new(None),
-            span: OnceCell::new(),
+            span: ManuallyDrop::new(OnceCell::new()),
             last_attempt: Cell::new(0),
         }
     }
@@ -130,6 +138,22 @@ impl CallScope {
             self.phase.set(Phase::Nested);
             return Phase::Nested;
         }
+        let traced = tracing::level_enabled!(tracing::Level::INFO) && self.open_span();
+        let phase = if emit::recorder_installed() {
+            self.start.set(Some(Instant::now()));
+            Phase::Timed
+        } else if traced {
+            Phase::Untimed
+        } else {
+            Phase::Quiet
+        };
+        self.phase.set(phase);
+        phase
+    }
+
+    /// Opens the call's span if a subscriber wants it.
+    #[inline(never)]
+    fn open_span(&self) -> bool {
         let labels = self.labels.get();
         let span = tracing::info_span!(
             target: "resilience",
@@ -140,17 +164,7 @@ impl CallScope {
             status = tracing::field::Empty,
             otel.status_code = tracing::field::Empty,
         );
-        if !span.is_disabled() {
-            let _ = self.span.set(span);
-        }
-        let phase = if emit::recorder_installed() {
-            self.start.set(Some(Instant::now()));
-            Phase::Timed
-        } else {
-            Phase::Untimed
-        };
-        self.phase.set(phase);
-        phase
+        !span.is_disabled() && self.span.set(span).is_ok()
     }
 
     /// Enters the call's span until the guard drops (hold it across one
@@ -163,24 +177,39 @@ impl CallScope {
             phase => phase,
         };
         match phase {
-            Phase::Nested | Phase::Done => Entered {
-                _quiet: emit::QuietScope::enter(false),
+            // Nothing an inner call needs: a quiet outer call leaves it to
+            // find for itself that nothing listens.
+            Phase::Quiet => Entered {
+                _quiet: emit::QuietScope::enter(Some(true)),
                 current: None,
-                _span: None,
+                span: ManuallyDrop::new(None),
             },
-            phase => Entered {
-                _quiet: emit::QuietScope::enter(phase == Phase::Untimed),
+            // The outer call's marks stand.
+            Phase::Nested | Phase::Done | Phase::Unpolled => Entered {
+                _quiet: emit::QuietScope::enter(None),
+                current: None,
+                span: ManuallyDrop::new(None),
+            },
+            Phase::Untimed | Phase::Timed => Entered {
+                _quiet: emit::QuietScope::enter(Some(phase == Phase::Untimed)),
                 current: Some(CURRENT.replace(Some(self.labels.get()))),
-                _span: self.span.get().map(|span| span.clone().entered()),
+                span: ManuallyDrop::new(self.span.get().map(|span| span.clone().entered())),
             },
         }
+    }
+
+    /// Started with no recorder in scope: what the inner code would
+    /// record is known to go nowhere.
+    #[inline]
+    fn unrecorded(&self) -> bool {
+        matches!(self.phase.get(), Phase::Quiet | Phase::Untimed)
     }
 
     /// Records one attempt's outcome (see [`RetryMetrics`]), asking
     /// `reason` why a failed attempt failed.
     #[inline]
     pub fn attempt<E>(&self, event: &Event<'_, E>, reason: impl Fn(&E) -> Option<Reason>) {
-        if let (Event::Success { attempt }, Phase::Untimed) = (event, self.phase.get()) {
+        if let (Event::Success { attempt }, true) = (event, self.unrecorded()) {
             // No recorder: the event is all there is to record.
             if *attempt > self.last_attempt.get() {
                 RetryMetrics::success_event(*attempt);
@@ -188,6 +217,11 @@ impl CallScope {
                 return;
             }
         }
+        self.record_attempt(event, reason);
+    }
+
+    #[inline(never)]
+    fn record_attempt<E>(&self, event: &Event<'_, E>, reason: impl Fn(&E) -> Option<Reason>) {
         let mut attempts = RetryMetrics::resume(self.labels.get(), self.last_attempt.get());
         attempts.record(event, reason);
         self.last_attempt.set(attempts.last_attempt());
@@ -201,7 +235,7 @@ impl CallScope {
         let timed = match self.phase.replace(Phase::Done) {
             Phase::Done | Phase::Nested => return,
             Phase::Timed => true,
-            Phase::Unpolled | Phase::Untimed => false,
+            Phase::Unpolled | Phase::Quiet | Phase::Untimed => false,
         };
         if let Some(span) = self.span.get() {
             record_status(span, status);
@@ -251,9 +285,21 @@ fn record_status(span: &Span, status: Status) {
 impl Drop for CallScope {
     #[inline]
     fn drop(&mut self) {
+        // Tested inline: a quiet call, or a finished one nobody traced, has
+        // nothing to drop.
+        if matches!(self.phase.get(), Phase::Untimed | Phase::Timed) || self.span.get().is_some() {
+            self.drop_slow();
+        }
+    }
+}
+
+impl CallScope {
+    #[inline(never)]
+    fn drop_slow(&mut self) {
         if let Phase::Untimed | Phase::Timed = self.phase.get() {
             self.finish(Status::Cancelled);
         }
+        drop(self.span.take());
     }
 }
 
@@ -271,10 +317,15 @@ impl fmt::Debug for CallScope {
 /// holds its own handle on the span, so the scope stays usable meanwhile.
 #[must_use = "the scope is left when the guard drops"]
 pub struct Entered {
+    /// Tells the hooks inside (`RetryMetrics`) whether this call found a
+    /// recorder, so that they skip their own lookup when it did not.
     _quiet: emit::QuietScope,
     /// The labels to restore as current on drop.
     current: Option<Option<Labels>>,
-    _span: Option<tracing::span::EnteredSpan>,
+    /// Dropped by hand: the drop glue of an `Option<EnteredSpan>` is an
+    /// out-of-line call even for `None`, and without a subscriber it is
+    /// always `None`.
+    span: ManuallyDrop<Option<tracing::span::EnteredSpan>>,
 }
 
 impl Drop for Entered {
@@ -283,7 +334,17 @@ impl Drop for Entered {
         if let Some(previous) = self.current {
             CURRENT.set(previous);
         }
+        if self.span.is_some() {
+            exit(&mut self.span);
+        }
     }
+}
+
+#[inline(never)]
+fn exit(span: &mut ManuallyDrop<Option<tracing::span::EnteredSpan>>) {
+    // Taken, not dropped in place: what is left is a `None`, whose
+    // leak is nothing.
+    drop(span.take());
 }
 
 impl fmt::Debug for Entered {

@@ -24,24 +24,27 @@ mod facade {
         static QUIET: Cell<bool> = const { Cell::new(false) };
     }
 
-    /// Marks the inner polls of a call that found no recorder, restoring
-    /// the previous mark on drop.
+    /// Marks (`Some(true)`) or unmarks (`Some(false)`) the inner polls of
+    /// a call as finding no recorder, or keeps the outer call's mark
+    /// (`None`), restoring the previous mark on drop: a call nested in a
+    /// quiet one that found a recorder after all is unmarked inside.
+    /// Written whole, without a branch: every call passes here.
     #[derive(Debug)]
-    pub(crate) struct QuietScope(Option<bool>);
+    pub(crate) struct QuietScope(bool);
 
     impl QuietScope {
         #[inline]
-        pub(crate) fn enter(quiet: bool) -> Self {
-            Self(quiet.then(|| QUIET.replace(true)))
+        pub(crate) fn enter(quiet: Option<bool>) -> Self {
+            let previous = QUIET.get();
+            QUIET.set(quiet.unwrap_or(previous));
+            Self(previous)
         }
     }
 
     impl Drop for QuietScope {
         #[inline]
         fn drop(&mut self) {
-            if let Some(previous) = self.0 {
-                QUIET.set(previous);
-            }
+            QUIET.set(self.0);
         }
     }
 
@@ -138,6 +141,8 @@ mod facade {
         }
     }
 
+    /// For the call's own duration, recorded by a call that found a
+    /// recorder, after its quiet scope ended: no quiet flag to read.
     #[inline(always)]
     pub(crate) fn histogram(
         name: &'static str,
@@ -145,7 +150,7 @@ mod facade {
         extra: &[(&'static str, &'static str)],
         value: f64,
     ) {
-        if !QUIET.get() && installed() {
+        if installed() {
             record(Kind::Histogram, name, labels, extra, value)
         }
     }
@@ -202,7 +207,7 @@ mod facade {
 
     impl QuietScope {
         #[inline(always)]
-        pub(crate) fn enter(_: bool) -> Self {
+        pub(crate) fn enter(_: Option<bool>) -> Self {
             Self
         }
     }

@@ -83,6 +83,15 @@ impl RetryMetrics {
 
     #[inline]
     pub(crate) fn success_event(attempt: u32) {
+        // The level test inline, the event out of line: every successful
+        // call passes here.
+        if tracing::level_enabled!(tracing::Level::DEBUG) {
+            Self::emit_success_event(attempt);
+        }
+    }
+
+    #[inline(never)]
+    fn emit_success_event(attempt: u32) {
         tracing::debug!(target: "resilience", attempt, "attempt succeeded");
     }
 
