@@ -734,7 +734,9 @@ impl Permit<'_> {
     }
 
     /// Asks the breaker; an idle permit becomes a live one, or a rejection.
-    #[inline]
+    /// Always inline: out of line, its prologue and epilogue cost more than
+    /// the closed path itself.
+    #[inline(always)]
     fn start(&mut self) -> Result<(), DependencyDown> {
         match self.breaker.admit() {
             Ok(admission) => {

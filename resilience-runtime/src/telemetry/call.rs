@@ -131,7 +131,7 @@ impl CallScope {
         }
     }
 
-    #[inline]
+    #[inline(always)]
     fn start(&self) -> Phase {
         if let Some(outer) = CURRENT.get() {
             self.labels.set(outer);
@@ -170,7 +170,7 @@ impl CallScope {
     /// Enters the call's span until the guard drops (hold it across one
     /// poll, never across an `.await`); the first time, opens the span and
     /// starts the clock.
-    #[inline]
+    #[inline(always)]
     pub fn enter(&self) -> Entered {
         let phase = match self.phase.get() {
             Phase::Unpolled => self.start(),
