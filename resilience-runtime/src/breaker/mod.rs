@@ -342,7 +342,7 @@ impl CircuitBreaker {
         Ok(permit)
     }
 
-    #[inline]
+    #[inline(always)]
     fn admit(&self) -> Result<Admission, DependencyDown> {
         let word = self.inner.state.load(Acquire);
         if word & FAST == 0 {

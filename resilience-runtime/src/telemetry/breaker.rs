@@ -31,16 +31,25 @@ pub(crate) fn breaker_transition(labels: Labels, from: State, to: State, forced:
 
 /// A call rejected without running: `dependency_errors_total{reason =
 /// "circuit_open"}`, once per logical call.
-#[inline]
+#[inline(always)]
 pub(crate) fn breaker_rejected(labels: Labels) {
-    tracing::debug!(
-        target: "resilience",
-        breaker = labels.target(),
-        "call rejected by the circuit breaker"
-    );
+    // The level test inline, the event out of line: the breaker's own
+    // admission inlines this.
+    if tracing::level_enabled!(tracing::Level::DEBUG) {
+        rejected_event(labels);
+    }
     emit::increment_unscoped(
         DEPENDENCY_ERRORS_TOTAL,
         labels,
         &[("reason", Reason::CircuitOpen.as_str())],
+    );
+}
+
+#[inline(never)]
+fn rejected_event(labels: Labels) {
+    tracing::debug!(
+        target: "resilience",
+        breaker = labels.target(),
+        "call rejected by the circuit breaker"
     );
 }
