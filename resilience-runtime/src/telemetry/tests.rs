@@ -665,6 +665,42 @@ async fn an_observed_call_inside_another_is_the_same_logical_call() {
     );
 }
 
+/// A call that nothing listens to (no recorder, no span wanted) leaves no
+/// mark for the calls inside it: one that finds a recorder after all (a
+/// thread-local one here) records itself in full, under its own labels.
+#[test]
+fn a_call_inside_a_quiet_one_records_itself_when_it_finds_a_recorder() {
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .start_paused(true)
+        .build()
+        .unwrap();
+    // A subscriber that wants nothing, whatever other tests' subscribers
+    // made of the callsite: the outer call opens no span.
+    let nobody = tracing::subscriber::NoSubscriber::default();
+    let result = tracing::subscriber::with_default(nobody, || {
+        runtime.block_on(observe(Labels::new("checkout", "outer"), async {
+            let _local = metrics::set_default_local_recorder(&recorder);
+            call(&[502, 200]).await
+        }))
+    });
+    assert_eq!(result.unwrap(), 200);
+
+    let mut read = read(&snapshotter);
+    single_duration(&read, "ok");
+    read.remove(&duration("ok"));
+    assert_eq!(
+        read,
+        series(&[
+            (&retries("1", "retry"), Value::Counter(1)),
+            (&retries("2", "success"), Value::Counter(1)),
+            (&errors("5xx"), Value::Counter(1)),
+        ])
+    );
+}
+
 #[test]
 fn a_nested_scope_opens_no_span_and_takes_the_outer_labels() {
     let collector = traces::Collector::default();
