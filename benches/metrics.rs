@@ -72,6 +72,11 @@ fn success_path(c: &mut Criterion) {
         group.bench_function("instrumented, no recorder", |b| {
             b.iter(|| instrumented(black_box(policy)))
         });
+        // Most of what "no recorder" adds over "compiled out": the one
+        // lookup per call, alone.
+        group.bench_function("the recorder lookup alone", |b| {
+            b.iter(|| black_box(telemetry::recorder_installed()))
+        });
 
         use metrics_exporter_prometheus::{Matcher, PrometheusBuilder};
         let recorder = PrometheusBuilder::new()
