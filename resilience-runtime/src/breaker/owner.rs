@@ -3,9 +3,9 @@
 //! The first time a thread counts a call, it claims one of [`OWNED`]
 //! process-wide slots and keeps it until it exits. Slot `k` is stripe `k` of
 //! every breaker's window, and its owner is the only thread that ever writes
-//! that stripe, so the owner counts a call with a plain load and store: no
-//! locked instruction, which is most of what a closed breaker costs (one
-//! uncontended `lock cmpxchg` is several times the rest of the path).
+//! that stripe, so the owner counts a call with a plain load and store
+//! instead of a locked read-modify-write (an uncontended `lock cmpxchg`
+//! was 2 of the 3.7 ns a closed breaker added to a call; `BENCHMARKS.md`).
 //! Threads without a slot, beyond the first [`OWNED`] alive at once, share
 //! one more stripe with atomic read-modify-writes, and try again to claim a
 //! slot when they count, so a slot freed by a thread that exits is taken up.
