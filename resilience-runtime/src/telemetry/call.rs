@@ -132,24 +132,29 @@ impl CallScope {
         }
     }
 
+    /// The first entry: finds out who listens, then enters.
     #[inline(always)]
-    fn start(&self) -> Phase {
-        if let Some(outer) = CURRENT.get() {
-            self.labels.set(outer);
+    fn start(&self) -> Entered {
+        // The discriminant alone, on the path where there is no outer call.
+        if CURRENT.with(|current| current.get().is_some()) {
+            if let Some(outer) = CURRENT.get() {
+                self.labels.set(outer);
+            }
             self.phase.set(Phase::Nested);
-            return Phase::Nested;
+            return Entered::outer();
         }
         let traced = tracing::level_enabled!(tracing::Level::INFO) && self.open_span();
-        let phase = if emit::recorder_installed() {
+        if emit::recorder_installed() {
             self.start.set(Some(Instant::now()));
-            Phase::Timed
+            self.phase.set(Phase::Timed);
+            self.active(false)
         } else if traced {
-            Phase::Untimed
+            self.phase.set(Phase::Untimed);
+            self.active(true)
         } else {
-            Phase::Quiet
-        };
-        self.phase.set(phase);
-        phase
+            self.phase.set(Phase::Quiet);
+            Entered::quiet()
+        }
     }
 
     /// Opens the call's span if a subscriber wants it.
@@ -173,29 +178,21 @@ impl CallScope {
     /// starts the clock.
     #[inline(always)]
     pub fn enter(&self) -> Entered {
-        let phase = match self.phase.get() {
+        match self.phase.get() {
             Phase::Unpolled => self.start(),
-            phase => phase,
-        };
-        match phase {
-            // Nothing an inner call needs: a quiet outer call leaves it to
-            // find for itself that nothing listens.
-            Phase::Quiet => Entered {
-                _quiet: emit::QuietScope::enter(Some(true)),
-                current: None,
-                span: ManuallyDrop::new(None),
-            },
-            // The outer call's marks stand.
-            Phase::Nested | Phase::Done | Phase::Unpolled => Entered {
-                _quiet: emit::QuietScope::enter(None),
-                current: None,
-                span: ManuallyDrop::new(None),
-            },
-            Phase::Untimed | Phase::Timed => Entered {
-                _quiet: emit::QuietScope::enter(Some(phase == Phase::Untimed)),
-                current: Some(CURRENT.replace(Some(self.labels.get()))),
-                span: ManuallyDrop::new(self.span.get().map(|span| span.clone().entered())),
-            },
+            Phase::Quiet => Entered::quiet(),
+            Phase::Nested | Phase::Done => Entered::outer(),
+            phase => self.active(phase == Phase::Untimed),
+        }
+    }
+
+    /// Entered by a call that is traced or recorded: inner calls join it.
+    #[inline(always)]
+    fn active(&self, unrecorded: bool) -> Entered {
+        Entered {
+            _quiet: emit::QuietScope::enter(Some(unrecorded)),
+            current: Some(CURRENT.replace(Some(self.labels.get()))),
+            span: ManuallyDrop::new(self.span.get().map(|span| span.clone().entered())),
         }
     }
 
@@ -327,6 +324,31 @@ pub struct Entered {
     /// out-of-line call even for `None`, and without a subscriber it is
     /// always `None`.
     span: ManuallyDrop<Option<tracing::span::EnteredSpan>>,
+}
+
+impl Entered {
+    /// Entered by a quiet call: nothing an inner call needs, since a quiet
+    /// outer call leaves it to find for itself that nothing listens; the
+    /// hooks inside learn that there is no recorder.
+    #[inline(always)]
+    fn quiet() -> Self {
+        Entered {
+            _quiet: emit::QuietScope::enter(Some(true)),
+            current: None,
+            span: ManuallyDrop::new(None),
+        }
+    }
+
+    /// Entered by a call that is part of an outer one, or done: the outer
+    /// call's marks stand.
+    #[inline(always)]
+    fn outer() -> Self {
+        Entered {
+            _quiet: emit::QuietScope::enter(None),
+            current: None,
+            span: ManuallyDrop::new(None),
+        }
+    }
 }
 
 impl Drop for Entered {
