@@ -336,9 +336,7 @@ impl<W> Chain<W> {
 
     #[inline]
     fn succeeded<T, E>(&mut self, value: T) -> ControlFlow<Result<T, E>> {
-        self.notify::<E>(&Event::Success {
-            attempt: self.attempts.attempt(),
-        });
+        self.scope.succeeded(self.attempts.attempt());
         ControlFlow::Break(Ok(value))
     }
 

@@ -134,7 +134,7 @@ impl CallScope {
 
     /// The first entry: finds out who listens, then enters.
     #[inline(always)]
-    fn start(&self) -> Entered {
+    fn start(&self, hooks: bool) -> Entered {
         // The discriminant alone, on the path where there is no outer call.
         if CURRENT.with(|current| current.get().is_some()) {
             if let Some(outer) = CURRENT.get() {
@@ -153,7 +153,7 @@ impl CallScope {
             self.active(true)
         } else {
             self.phase.set(Phase::Quiet);
-            Entered::quiet()
+            Entered::quiet(hooks)
         }
     }
 
@@ -178,9 +178,17 @@ impl CallScope {
     /// starts the clock.
     #[inline(always)]
     pub fn enter(&self) -> Entered {
+        self.enter_with(false)
+    }
+
+    /// [`enter`](Self::enter); `hooks`: the inner future reports its
+    /// attempts through hooks (`RetryMetrics`), which a quiet call tells
+    /// that there is no recorder, sparing them the lookup.
+    #[inline(always)]
+    fn enter_with(&self, hooks: bool) -> Entered {
         match self.phase.get() {
-            Phase::Unpolled => self.start(),
-            Phase::Quiet => Entered::quiet(),
+            Phase::Unpolled => self.start(hooks),
+            Phase::Quiet => Entered::quiet(hooks),
             Phase::Nested | Phase::Done => Entered::outer(),
             phase => self.active(phase == Phase::Untimed),
         }
@@ -207,15 +215,25 @@ impl CallScope {
     /// `reason` why a failed attempt failed.
     #[inline]
     pub fn attempt<E>(&self, event: &Event<'_, E>, reason: impl Fn(&E) -> Option<Reason>) {
-        if let (Event::Success { attempt }, true) = (event, self.unrecorded()) {
-            // No recorder: the event is all there is to record.
-            if *attempt > self.last_attempt.get() {
-                RetryMetrics::success_event(*attempt);
-                self.last_attempt.set(*attempt);
-                return;
-            }
+        match event {
+            Event::Success { attempt } => self.succeeded(*attempt),
+            _ => self.record_attempt(event, reason),
         }
-        self.record_attempt(event, reason);
+    }
+
+    /// Records that attempt `attempt` succeeded: [`attempt`](Self::attempt)
+    /// with [`Event::Success`], for a driver that knows it has one (no
+    /// event to build on the path every healthy call takes).
+    #[inline]
+    pub fn succeeded(&self, attempt: u32) {
+        if self.unrecorded() && attempt > self.last_attempt.get() {
+            // No recorder: the event is all there is to record.
+            RetryMetrics::success_event(attempt);
+            self.last_attempt.set(attempt);
+            return;
+        }
+        // A success carries no error: any error type will do.
+        self.record_attempt::<std::convert::Infallible>(&Event::Success { attempt }, |_| None);
     }
 
     #[inline(never)]
@@ -230,16 +248,21 @@ impl CallScope {
     /// `http_client_request_duration_seconds`. Only the first call counts.
     #[inline]
     pub fn finish(&self, status: Status) {
-        let timed = match self.phase.replace(Phase::Done) {
-            Phase::Done | Phase::Nested => return,
-            Phase::Timed => true,
-            Phase::Unpolled | Phase::Quiet | Phase::Untimed => false,
-        };
+        match self.phase.replace(Phase::Done) {
+            // Neither a span nor a clock: nothing to record.
+            Phase::Done | Phase::Nested | Phase::Quiet | Phase::Unpolled => {}
+            Phase::Untimed => self.record_status(status),
+            Phase::Timed => {
+                self.record_status(status);
+                self.record_duration(status);
+            }
+        }
+    }
+
+    #[inline]
+    fn record_status(&self, status: Status) {
         if let Some(span) = self.span.get() {
             record_status(span, status);
-        }
-        if timed {
-            self.record_duration(status);
         }
     }
 
@@ -329,11 +352,11 @@ pub struct Entered {
 impl Entered {
     /// Entered by a quiet call: nothing an inner call needs, since a quiet
     /// outer call leaves it to find for itself that nothing listens; the
-    /// hooks inside learn that there is no recorder.
+    /// hooks inside, if any, learn that there is no recorder.
     #[inline(always)]
-    fn quiet() -> Self {
+    fn quiet(hooks: bool) -> Self {
         Entered {
-            _quiet: emit::QuietScope::enter(Some(true)),
+            _quiet: emit::QuietScope::enter(hooks.then_some(true)),
             current: None,
             span: ManuallyDrop::new(None),
         }
@@ -411,7 +434,7 @@ where
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.project();
         let output = {
-            let _entered = this.scope.enter();
+            let _entered = this.scope.enter_with(true);
             ready!(this.call.poll(cx))
         };
         this.scope.finish(Status::of(&output));
