@@ -419,73 +419,71 @@ where
     W: When<E>,
     R: RngCore,
 {
-    {
-        loop {
-            match this.state.as_mut().project() {
-                StateProj::Idle => {
-                    if let Some(gave_up) = this.start_attempt() {
-                        return gave_up;
-                    }
+    loop {
+        match this.state.as_mut().project() {
+            StateProj::Idle => {
+                if let Some(gave_up) = this.start_attempt() {
+                    return gave_up;
                 }
-                StateProj::Running { fut } => {
-                    let polled = match first.take() {
-                        Some(polled) => polled,
-                        None => fut.poll(cx),
-                    };
-                    let result = match polled {
-                        Poll::Ready(result) => result,
-                        Poll::Pending => {
-                            let cut = ready!(this.timer.as_mut().poll_cut(this.attempts, cx));
-                            // The timer fired: drop the attempt in flight.
-                            this.state.set(State::Idle);
-                            let (error, stop) = this.attempts.cut(cut);
-                            let error = E::from(error);
-                            if let Some(reason) = stop {
-                                // Final whatever a custom classifier would say.
-                                return this.give_up(error, reason);
-                            }
-                            Err(error)
-                        }
-                    };
-                    let error = match result {
-                        Ok(value) => {
-                            this.state.set(State::Done);
-                            let attempt = this.attempts.attempt();
-                            this.notify.notify(&Event::Success { attempt });
-                            return Poll::Ready(Ok(value));
-                        }
-                        Err(error) => error,
-                    };
-                    // Drop the finished attempt before pausing.
-                    this.state.set(State::Idle);
-                    let verdict = this.when.when(&error);
-                    match this.attempts.failed(verdict) {
-                        Next::Retry { delay, until } => {
-                            let attempt = this.attempts.attempt();
-                            this.notify.notify(&Event::Retry {
-                                attempt,
-                                delay,
-                                error: &error,
-                                verdict,
-                            });
-                            drop(error);
-                            this.timer.as_mut().pause(until);
-                            this.state.set(State::Pausing);
-                        }
-                        Next::GiveUp(GiveUp::Deadline) => {
-                            // The hook sees the real error; the caller learns why we stopped.
-                            let _ = this.give_up::<T, E>(error, GiveUp::Deadline);
-                            return Poll::Ready(Err(E::from(Error::DeadlineExceeded)));
-                        }
-                        Next::GiveUp(reason) => return this.give_up(error, reason),
-                    }
-                }
-                StateProj::Pausing => {
-                    ready!(this.timer.as_mut().poll_pause(cx));
-                    this.state.set(State::Idle);
-                }
-                StateProj::Done => panic!("`Retry` polled after it completed"),
             }
+            StateProj::Running { fut } => {
+                let polled = match first.take() {
+                    Some(polled) => polled,
+                    None => fut.poll(cx),
+                };
+                let result = match polled {
+                    Poll::Ready(result) => result,
+                    Poll::Pending => {
+                        let cut = ready!(this.timer.as_mut().poll_cut(this.attempts, cx));
+                        // The timer fired: drop the attempt in flight.
+                        this.state.set(State::Idle);
+                        let (error, stop) = this.attempts.cut(cut);
+                        let error = E::from(error);
+                        if let Some(reason) = stop {
+                            // Final whatever a custom classifier would say.
+                            return this.give_up(error, reason);
+                        }
+                        Err(error)
+                    }
+                };
+                let error = match result {
+                    Ok(value) => {
+                        this.state.set(State::Done);
+                        let attempt = this.attempts.attempt();
+                        this.notify.notify(&Event::Success { attempt });
+                        return Poll::Ready(Ok(value));
+                    }
+                    Err(error) => error,
+                };
+                // Drop the finished attempt before pausing.
+                this.state.set(State::Idle);
+                let verdict = this.when.when(&error);
+                match this.attempts.failed(verdict) {
+                    Next::Retry { delay, until } => {
+                        let attempt = this.attempts.attempt();
+                        this.notify.notify(&Event::Retry {
+                            attempt,
+                            delay,
+                            error: &error,
+                            verdict,
+                        });
+                        drop(error);
+                        this.timer.as_mut().pause(until);
+                        this.state.set(State::Pausing);
+                    }
+                    Next::GiveUp(GiveUp::Deadline) => {
+                        // The hook sees the real error; the caller learns why we stopped.
+                        let _ = this.give_up::<T, E>(error, GiveUp::Deadline);
+                        return Poll::Ready(Err(E::from(Error::DeadlineExceeded)));
+                    }
+                    Next::GiveUp(reason) => return this.give_up(error, reason),
+                }
+            }
+            StateProj::Pausing => {
+                ready!(this.timer.as_mut().poll_pause(cx));
+                this.state.set(State::Idle);
+            }
+            StateProj::Done => panic!("`Retry` polled after it completed"),
         }
     }
 }

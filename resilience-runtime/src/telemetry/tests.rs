@@ -518,12 +518,22 @@ mod traces {
 /// Runs `fut` on a paused current-thread runtime with `collector` as the
 /// thread's subscriber.
 fn traced<F: Future>(collector: &traces::Collector, fut: F) -> F::Output {
+    with_subscriber(collector.clone(), fut)
+}
+
+/// Runs `fut` on a paused current-thread runtime with `subscriber` as the
+/// thread's subscriber.
+fn with_subscriber<S, F>(subscriber: S, fut: F) -> F::Output
+where
+    S: tracing::Subscriber + Send + Sync + 'static,
+    F: Future,
+{
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_time()
         .start_paused(true)
         .build()
         .unwrap();
-    tracing::subscriber::with_default(collector.clone(), || runtime.block_on(fut))
+    tracing::subscriber::with_default(subscriber, || runtime.block_on(fut))
 }
 
 #[test]
@@ -650,8 +660,13 @@ async fn an_observed_call_inside_another_is_the_same_logical_call() {
     )
     .await;
     assert_eq!(result.unwrap(), 200);
+    assert_one_retry_then_success(&snapshotter, "one duration, under the outer call's labels");
+}
 
-    let mut read = read(&snapshotter);
+/// The series of one call to `user` whose first attempt got a 502 and
+/// whose second succeeded: one duration, two attempts, one 5xx.
+fn assert_one_retry_then_success(snapshotter: &Snapshotter, context: &str) {
+    let mut read = read(snapshotter);
     single_duration(&read, "ok");
     read.remove(&duration("ok"));
     assert_eq!(
@@ -661,7 +676,7 @@ async fn an_observed_call_inside_another_is_the_same_logical_call() {
             (&retries("2", "success"), Value::Counter(1)),
             (&errors("5xx"), Value::Counter(1)),
         ]),
-        "one duration, under the outer call's labels"
+        "{context}"
     );
 }
 
@@ -672,33 +687,18 @@ async fn an_observed_call_inside_another_is_the_same_logical_call() {
 fn a_call_inside_a_quiet_one_records_itself_when_it_finds_a_recorder() {
     let recorder = DebuggingRecorder::new();
     let snapshotter = recorder.snapshotter();
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_time()
-        .start_paused(true)
-        .build()
-        .unwrap();
     // A subscriber that wants nothing, whatever other tests' subscribers
     // made of the callsite: the outer call opens no span.
     let nobody = tracing::subscriber::NoSubscriber::default();
-    let result = tracing::subscriber::with_default(nobody, || {
-        runtime.block_on(observe(Labels::new("checkout", "outer"), async {
+    let result = with_subscriber(
+        nobody,
+        observe(Labels::new("checkout", "outer"), async {
             let _local = metrics::set_default_local_recorder(&recorder);
             call(&[502, 200]).await
-        }))
-    });
-    assert_eq!(result.unwrap(), 200);
-
-    let mut read = read(&snapshotter);
-    single_duration(&read, "ok");
-    read.remove(&duration("ok"));
-    assert_eq!(
-        read,
-        series(&[
-            (&retries("1", "retry"), Value::Counter(1)),
-            (&retries("2", "success"), Value::Counter(1)),
-            (&errors("5xx"), Value::Counter(1)),
-        ])
+        }),
     );
+    assert_eq!(result.unwrap(), 200);
+    assert_one_retry_then_success(&snapshotter, "the inner call's own series");
 }
 
 #[test]
