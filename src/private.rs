@@ -246,19 +246,11 @@ where
 {
     type Output = ControlFlow<Result<T, E>>;
 
-    /// Every poll runs inside the call's span; the chain's outcome closes
-    /// its clock.
+    /// Every poll runs inside the call's span (for a call nothing listens
+    /// to, entering it is one test); the chain's outcome closes it.
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let _entered = self.as_mut().project().chain.scope.enter();
-        let output = self.as_mut().poll_attempt(cx);
-        if let Poll::Ready(ControlFlow::Break(result)) = &output {
-            let chain = &*self.as_mut().project().chain;
-            chain.scope.finish(match result {
-                Ok(_) => Status::Ok,
-                Err(_) => Status::failed(chain.reason),
-            });
-        }
-        output
+        self.poll_attempt(cx)
     }
 }
 
@@ -272,17 +264,22 @@ where
     fn poll_attempt(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<ControlFlow<Result<T, E>>> {
         let mut this = self.project();
         let chain = &mut **this.chain;
-        if *this.stage == Stage::Start {
-            *this.stage = Stage::Running;
+        // A local, so that an attempt that starts goes straight on to its
+        // first poll without reading its stage back.
+        let mut stage = *this.stage;
+        if stage == Stage::Start {
             match chain.attempts.begin() {
                 Ok(timer) => this.timer.as_mut().start(timer),
                 Err(_) => {
                     this.fut.set(None);
-                    return Poll::Ready(ControlFlow::Break(Err(chain.deadline_passed())));
+                    let error = chain.deadline_passed();
+                    return Poll::Ready(chain.done(Err(error)));
                 }
             }
+            stage = Stage::Running;
+            *this.stage = stage;
         }
-        if *this.stage == Stage::Running {
+        if stage == Stage::Running {
             let Some(fut) = this.fut.as_mut().as_pin_mut() else {
                 panic!("`Attempt` polled after it completed");
             };
@@ -296,7 +293,8 @@ where
                     chain.reason = error.reason();
                     let error = E::from(error);
                     if let Some(reason) = stop {
-                        return Poll::Ready(chain.give_up(error, reason));
+                        let result = chain.give_up(error, reason);
+                        return Poll::Ready(chain.done(result));
                     }
                     Err(error)
                 }
@@ -310,7 +308,7 @@ where
             let verdict = chain.when.judge(&error);
             chain.reason = chain.when.reason(&error, verdict);
             match chain.failed(error, verdict) {
-                ControlFlow::Break(done) => return Poll::Ready(ControlFlow::Break(done)),
+                ControlFlow::Break(result) => return Poll::Ready(chain.done(result)),
                 ControlFlow::Continue(until) => {
                     this.timer.as_mut().pause(until);
                     *this.stage = Stage::Pausing;
@@ -334,10 +332,20 @@ impl<W> Chain<W> {
         error
     }
 
-    #[inline]
+    /// The attempt succeeded: so did the call.
+    #[inline(always)]
     fn succeeded<T, E>(&mut self, value: T) -> ControlFlow<Result<T, E>> {
-        self.scope.succeeded(self.attempts.attempt());
+        self.scope.succeed(self.attempts.attempt());
         ControlFlow::Break(Ok(value))
+    }
+
+    /// The chain ends with `result`: the call's outcome closes its scope.
+    fn done<T, E>(&self, result: Result<T, E>) -> ControlFlow<Result<T, E>> {
+        self.scope.finish(match result {
+            Ok(_) => Status::Ok,
+            Err(_) => Status::failed(self.reason),
+        });
+        ControlFlow::Break(result)
     }
 
     /// The runtime's rules decide: pause until `Continue(until)`, or stop.
@@ -358,21 +366,21 @@ impl<W> Chain<W> {
             }
             Next::GiveUp(GiveUp::Deadline) => {
                 // The hook sees the real error; the caller learns why we stopped.
-                let _ = self.give_up::<T, E, Instant>(error, GiveUp::Deadline);
+                let _ = self.give_up::<T, E>(error, GiveUp::Deadline);
                 self.reason = Error::DeadlineExceeded.reason();
                 ControlFlow::Break(Err(E::from(Error::DeadlineExceeded)))
             }
-            Next::GiveUp(reason) => self.give_up(error, reason),
+            Next::GiveUp(reason) => ControlFlow::Break(self.give_up(error, reason)),
         }
     }
 
-    fn give_up<T, E, C>(&mut self, error: E, reason: GiveUp) -> ControlFlow<Result<T, E>, C> {
+    fn give_up<T, E>(&mut self, error: E, reason: GiveUp) -> Result<T, E> {
         self.notify(&Event::GaveUp {
             attempt: self.attempts.attempt(),
             error: &error,
             reason,
         });
-        ControlFlow::Break(Err(error))
+        Err(error)
     }
 
     /// Every attempt's outcome passes here: the one place for logs and metrics of the retry layer.

@@ -198,9 +198,11 @@ impl CallScope {
     #[inline(always)]
     fn active(&self, unrecorded: bool) -> Entered {
         Entered {
-            _quiet: emit::QuietScope::enter(Some(unrecorded)),
-            current: Some(CURRENT.replace(Some(self.labels.get()))),
-            span: ManuallyDrop::new(self.span.get().map(|span| span.clone().entered())),
+            _marks: Some(Marks {
+                _quiet: emit::QuietScope::enter(Some(unrecorded)),
+                current: Some(CURRENT.replace(Some(self.labels.get()))),
+                span: ManuallyDrop::new(self.span.get().map(|span| span.clone().entered())),
+            }),
         }
     }
 
@@ -234,6 +236,24 @@ impl CallScope {
         }
         // A success carries no error: any error type will do.
         self.record_attempt::<std::convert::Infallible>(&Event::Success { attempt }, |_| None);
+    }
+
+    /// Records that attempt `attempt` succeeded and finishes the call with
+    /// [`Status::Ok`]: [`succeeded`](Self::succeeded) then
+    /// [`finish`](Self::finish), in one step for the path every healthy
+    /// call takes.
+    #[inline(always)]
+    pub fn succeed(&self, attempt: u32) {
+        if self.phase.get() == Phase::Quiet && attempt > self.last_attempt.get() {
+            // Nothing listens: the event is all there is to record, and
+            // finishing only marks the call done.
+            RetryMetrics::success_event(attempt);
+            self.last_attempt.set(attempt);
+            self.phase.set(Phase::Done);
+            return;
+        }
+        self.succeeded(attempt);
+        self.finish(Status::Ok);
     }
 
     #[inline(never)]
@@ -336,8 +356,17 @@ impl fmt::Debug for CallScope {
 
 /// A [`CallScope`] entered for one poll; see [`CallScope::enter`]. It
 /// holds its own handle on the span, so the scope stays usable meanwhile.
+///
+/// Empty when entering changes nothing (a quiet call polled without
+/// hooks, a nested or a finished one), so that the calls nothing listens
+/// to pay one test for it.
 #[must_use = "the scope is left when the guard drops"]
 pub struct Entered {
+    _marks: Option<Marks>,
+}
+
+/// What an entered scope changed on the thread, restored on drop.
+struct Marks {
     /// Tells the hooks inside (`RetryMetrics`) whether this call found a
     /// recorder, so that they skip their own lookup when it did not.
     _quiet: emit::QuietScope,
@@ -356,9 +385,11 @@ impl Entered {
     #[inline(always)]
     fn quiet(hooks: bool) -> Self {
         Entered {
-            _quiet: emit::QuietScope::enter(hooks.then_some(true)),
-            current: None,
-            span: ManuallyDrop::new(None),
+            _marks: hooks.then(|| Marks {
+                _quiet: emit::QuietScope::enter(Some(true)),
+                current: None,
+                span: ManuallyDrop::new(None),
+            }),
         }
     }
 
@@ -366,15 +397,11 @@ impl Entered {
     /// call's marks stand.
     #[inline(always)]
     fn outer() -> Self {
-        Entered {
-            _quiet: emit::QuietScope::enter(None),
-            current: None,
-            span: ManuallyDrop::new(None),
-        }
+        Entered { _marks: None }
     }
 }
 
-impl Drop for Entered {
+impl Drop for Marks {
     #[inline]
     fn drop(&mut self) {
         if let Some(previous) = self.current {

@@ -418,6 +418,7 @@ mod traces {
 
     use tracing::field::{Field, Visit};
     use tracing::span::{Attributes, Id, Record};
+    use tracing::subscriber::Interest;
     use tracing::{Event, Level, Metadata, Subscriber};
 
     #[derive(Debug, Clone, PartialEq)]
@@ -437,8 +438,12 @@ mod traces {
         events: Vec<Seen>,
     }
 
+    /// Every span and event, or (`events_only`) events alone.
     #[derive(Debug, Clone, Default)]
-    pub(super) struct Collector(Arc<Mutex<State>>);
+    pub(super) struct Collector {
+        state: Arc<Mutex<State>>,
+        events_only: bool,
+    }
 
     #[derive(Default)]
     struct Fields {
@@ -460,26 +465,38 @@ mod traces {
     }
 
     impl Collector {
+        /// A subscriber that wants no span, but every event.
+        pub(super) fn events_only() -> Self {
+            Collector {
+                events_only: true,
+                ..Collector::default()
+            }
+        }
         pub(super) fn events(&self) -> Vec<Seen> {
-            self.0.lock().unwrap().events.clone()
+            self.state.lock().unwrap().events.clone()
         }
         /// The name and the fields (as recorded so far) of span `id`.
         pub(super) fn span(&self, id: u64) -> (String, Vec<String>) {
-            self.0.lock().unwrap().spans[id as usize - 1].clone()
+            self.state.lock().unwrap().spans[id as usize - 1].clone()
         }
         pub(super) fn span_count(&self) -> usize {
-            self.0.lock().unwrap().spans.len()
+            self.state.lock().unwrap().spans.len()
         }
     }
 
     impl Subscriber for Collector {
-        fn enabled(&self, _: &Metadata<'_>) -> bool {
-            true
+        fn enabled(&self, metadata: &Metadata<'_>) -> bool {
+            !(self.events_only && metadata.is_span())
+        }
+        // Asked at every callsite, whatever other tests' subscribers made
+        // of it.
+        fn register_callsite(&self, _: &'static Metadata<'static>) -> Interest {
+            Interest::sometimes()
         }
         fn new_span(&self, span: &Attributes<'_>) -> Id {
             let mut fields = Fields::default();
             span.record(&mut fields);
-            let mut state = self.0.lock().unwrap();
+            let mut state = self.state.lock().unwrap();
             state
                 .spans
                 .push((span.metadata().name().to_owned(), fields.others));
@@ -488,7 +505,7 @@ mod traces {
         fn record(&self, span: &Id, values: &Record<'_>) {
             let mut fields = Fields::default();
             values.record(&mut fields);
-            let mut state = self.0.lock().unwrap();
+            let mut state = self.state.lock().unwrap();
             state.spans[span.into_u64() as usize - 1]
                 .1
                 .extend(fields.others);
@@ -497,7 +514,7 @@ mod traces {
         fn event(&self, event: &Event<'_>) {
             let mut fields = Fields::default();
             event.record(&mut fields);
-            let mut state = self.0.lock().unwrap();
+            let mut state = self.state.lock().unwrap();
             let span = state.stack.last().copied();
             state.events.push(Seen {
                 level: *event.metadata().level(),
@@ -507,10 +524,10 @@ mod traces {
             });
         }
         fn enter(&self, span: &Id) {
-            self.0.lock().unwrap().stack.push(span.into_u64());
+            self.state.lock().unwrap().stack.push(span.into_u64());
         }
         fn exit(&self, _: &Id) {
-            self.0.lock().unwrap().stack.pop();
+            self.state.lock().unwrap().stack.pop();
         }
     }
 }
@@ -763,4 +780,54 @@ fn a_call_nobody_traces_keeps_no_span() {
     drop(scope.enter());
     assert!(scope.span().is_disabled());
     scope.finish(Status::Ok);
+}
+
+/// `succeed` is `succeeded` then `finish(Status::Ok)`, whoever listens,
+/// and a later finish changes nothing.
+#[test]
+fn succeed_records_the_success_and_finishes_the_call() {
+    use tracing::Level;
+    let succeed = |attempt| {
+        let scope = CallScope::new(USER);
+        drop(scope.enter());
+        scope.succeed(attempt);
+        scope.finish(Status::Error);
+    };
+
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    metrics::with_local_recorder(&recorder, || succeed(2));
+    let mut read = read(&snapshotter);
+    single_duration(&read, "ok");
+    read.remove(&duration("ok"));
+    assert_eq!(
+        read,
+        series(&[(&retries("2", "success"), Value::Counter(1))])
+    );
+
+    let summary = |collector: &traces::Collector| {
+        let events = collector.events();
+        let seen: Vec<_> = events
+            .iter()
+            .map(|e| (e.level, e.message.clone(), e.fields.clone()))
+            .collect();
+        seen
+    };
+    let success = vec![(
+        Level::DEBUG,
+        "attempt succeeded".to_owned(),
+        vec!["attempt=1".to_owned()],
+    )];
+    let traced = traces::Collector::default();
+    tracing::subscriber::with_default(traced.clone(), || succeed(1));
+    let (_, fields) = traced.span(1);
+    assert!(fields.contains(&"status=ok".to_owned()), "{fields:?}");
+    assert!(!fields.contains(&"status=error".to_owned()), "{fields:?}");
+    assert_eq!(summary(&traced), success);
+
+    // A quiet call: no span, no recorder, the event alone.
+    let quiet = traces::Collector::events_only();
+    tracing::subscriber::with_default(quiet.clone(), || succeed(1));
+    assert_eq!(quiet.span_count(), 0);
+    assert_eq!(summary(&quiet), success);
 }
