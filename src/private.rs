@@ -246,11 +246,26 @@ where
 {
     type Output = ControlFlow<Result<T, E>>;
 
-    /// Every poll runs inside the call's span (for a call nothing listens
-    /// to, entering it is one test); the chain's outcome closes it.
+    /// The first poll of an attempt that nothing listens to and no timer
+    /// cuts, which is every healthy call's, runs here; the rest out of
+    /// line, inside the call's span.
+    #[inline(never)]
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let _entered = self.as_mut().project().chain.scope.enter();
-        self.poll_attempt(cx)
+        let mut this = self.as_mut().project();
+        let chain = &mut **this.chain;
+        if *this.stage == Stage::Start && chain.scope.is_quiet() && chain.attempts.begin_untimed() {
+            *this.stage = Stage::Running;
+            if let Some(fut) = this.fut.as_mut().as_pin_mut() {
+                return match fut.poll(cx) {
+                    Poll::Ready(Ok(value)) => {
+                        this.fut.set(None);
+                        Poll::Ready(chain.succeeded(value))
+                    }
+                    polled => self.polled(polled, cx),
+                };
+            }
+        }
+        self.poll_entered(cx)
     }
 }
 
@@ -260,14 +275,17 @@ where
     E: FromRuntimeError,
     W: Judge<E>,
 {
-    #[inline(always)]
-    fn poll_attempt(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<ControlFlow<Result<T, E>>> {
-        let mut this = self.project();
+    /// Any poll, inside the call's span (for a call nothing listens to,
+    /// entering it is one test).
+    #[inline(never)]
+    fn poll_entered(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<ControlFlow<Result<T, E>>> {
+        let _entered = self.as_mut().project().chain.scope.enter();
+        let mut this = self.as_mut().project();
         let chain = &mut **this.chain;
-        // A local, so that an attempt that starts goes straight on to its
-        // first poll without reading its stage back.
-        let mut stage = *this.stage;
-        if stage == Stage::Start {
+        if *this.stage == Stage::Start {
             match chain.attempts.begin() {
                 Ok(timer) => this.timer.as_mut().start(timer),
                 Err(_) => {
@@ -276,46 +294,79 @@ where
                     return Poll::Ready(chain.done(Err(error)));
                 }
             }
-            stage = Stage::Running;
-            *this.stage = stage;
+            *this.stage = Stage::Running;
         }
-        if stage == Stage::Running {
+        if *this.stage == Stage::Running {
             let Some(fut) = this.fut.as_mut().as_pin_mut() else {
                 panic!("`Attempt` polled after it completed");
             };
-            let result = match fut.poll(cx) {
-                Poll::Ready(result) => result,
-                Poll::Pending => {
-                    let cut = ready!(this.timer.as_mut().poll_cut(&mut chain.attempts, cx));
-                    // The timer fired: drop the attempt in flight.
-                    this.fut.set(None);
-                    let (error, stop) = chain.attempts.cut(cut);
-                    chain.reason = error.reason();
-                    let error = E::from(error);
-                    if let Some(reason) = stop {
-                        let result = chain.give_up(error, reason);
-                        return Poll::Ready(chain.done(result));
-                    }
-                    Err(error)
+            let polled = fut.poll(cx);
+            return self.on_polled(polled, cx);
+        }
+        self.poll_pause(cx)
+    }
+
+    /// [`on_polled`](Self::on_polled), out of line: the first poll of a
+    /// quiet call that did not succeed at once.
+    #[inline(never)]
+    fn polled(
+        self: Pin<&mut Self>,
+        polled: Poll<Result<T, E>>,
+        cx: &mut Context<'_>,
+    ) -> Poll<ControlFlow<Result<T, E>>> {
+        self.on_polled(polled, cx)
+    }
+
+    /// The attempt in flight was polled: it succeeded, failed, or is still
+    /// pending under its timer.
+    #[inline(always)]
+    fn on_polled(
+        self: Pin<&mut Self>,
+        polled: Poll<Result<T, E>>,
+        cx: &mut Context<'_>,
+    ) -> Poll<ControlFlow<Result<T, E>>> {
+        let mut this = self.project();
+        let chain = &mut **this.chain;
+        let result = match polled {
+            Poll::Ready(result) => result,
+            Poll::Pending => {
+                let cut = ready!(this.timer.as_mut().poll_cut(&mut chain.attempts, cx));
+                // The timer fired: drop the attempt in flight.
+                this.fut.set(None);
+                let (error, stop) = chain.attempts.cut(cut);
+                chain.reason = error.reason();
+                let error = E::from(error);
+                if let Some(reason) = stop {
+                    let result = chain.give_up(error, reason);
+                    return Poll::Ready(chain.done(result));
                 }
-            };
-            // Drop the finished attempt before pausing.
-            this.fut.set(None);
-            let error = match result {
-                Ok(value) => return Poll::Ready(chain.succeeded(value)),
-                Err(error) => error,
-            };
-            let verdict = chain.when.judge(&error);
-            chain.reason = chain.when.reason(&error, verdict);
-            match chain.failed(error, verdict) {
-                ControlFlow::Break(result) => return Poll::Ready(chain.done(result)),
-                ControlFlow::Continue(until) => {
-                    this.timer.as_mut().pause(until);
-                    *this.stage = Stage::Pausing;
-                }
+                Err(error)
+            }
+        };
+        // Drop the finished attempt before pausing.
+        this.fut.set(None);
+        let error = match result {
+            Ok(value) => return Poll::Ready(chain.succeeded(value)),
+            Err(error) => error,
+        };
+        let verdict = chain.when.judge(&error);
+        chain.reason = chain.when.reason(&error, verdict);
+        match chain.failed(error, verdict) {
+            ControlFlow::Break(result) => Poll::Ready(chain.done(result)),
+            ControlFlow::Continue(until) => {
+                this.timer.as_mut().pause(until);
+                *this.stage = Stage::Pausing;
+                ready!(this.timer.poll_pause(cx));
+                Poll::Ready(ControlFlow::Continue(()))
             }
         }
-        ready!(this.timer.as_mut().poll_pause(cx));
+    }
+
+    /// The pause after a failed attempt: the next one may start once it
+    /// is over.
+    #[inline(always)]
+    fn poll_pause(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<ControlFlow<Result<T, E>>> {
+        ready!(self.project().timer.poll_pause(cx));
         Poll::Ready(ControlFlow::Continue(()))
     }
 }

@@ -154,14 +154,35 @@ impl<R, P: Borrow<Policy>> Attempts<R, P> {
     /// [`Error::DeadlineExceeded`].
     #[inline]
     pub fn begin(&mut self) -> Result<Option<(Instant, Cut)>, GiveUp> {
-        let deadline = deadline::current();
-        if deadline.is_none() && self.start.is_none() && !self.policy().has_attempt_timeout() {
-            // The first attempt of a call with no deadline and no attempt
-            // timeout: the path every healthy call takes, inline.
-            self.attempt += 1;
+        if self.begin_untimed() {
             return Ok(None);
         }
-        self.begin_timed(deadline)
+        self.begin_timed(deadline::current())
+    }
+
+    /// Starts the next attempt if no timer cuts it, which is the case of
+    /// the first attempt of a call with no deadline in scope under a
+    /// policy without an attempt timeout: the path every healthy call
+    /// takes, inline. Otherwise returns `false` with nothing changed, and
+    /// [`begin`](Self::begin) starts the attempt.
+    ///
+    /// ```
+    /// use resilience_runtime::retry::{Attempts, Policy};
+    ///
+    /// let mut attempts = Attempts::new(Policy::http());
+    /// assert!(attempts.begin_untimed());
+    /// assert_eq!(attempts.attempt(), 1);
+    /// ```
+    #[inline]
+    pub fn begin_untimed(&mut self) -> bool {
+        if deadline::current().is_none()
+            && self.start.is_none()
+            && !self.policy().has_attempt_timeout()
+        {
+            self.attempt += 1;
+            return true;
+        }
+        false
     }
 
     #[inline(never)]

@@ -135,25 +135,61 @@ impl CallScope {
     /// The first entry: finds out who listens, then enters.
     #[inline(always)]
     fn start(&self, hooks: bool) -> Entered {
+        match self.begin() {
+            Phase::Nested => Entered::outer(),
+            Phase::Timed => self.active(false),
+            Phase::Untimed => self.active(true),
+            _ => Entered::quiet(hooks),
+        }
+    }
+
+    /// Finds out who listens to the call and starts it: the phase it
+    /// starts in (`Nested`, `Timed`, `Untimed` or `Quiet`).
+    #[inline(always)]
+    fn begin(&self) -> Phase {
         // The discriminant alone, on the path where there is no outer call.
         if CURRENT.with(|current| current.get().is_some()) {
             if let Some(outer) = CURRENT.get() {
                 self.labels.set(outer);
             }
             self.phase.set(Phase::Nested);
-            return Entered::outer();
+            return Phase::Nested;
         }
         let traced = tracing::level_enabled!(tracing::Level::INFO) && self.open_span();
-        if emit::recorder_installed() {
+        let phase = if emit::recorder_installed() {
             self.start.set(Some(Instant::now()));
-            self.phase.set(Phase::Timed);
-            self.active(false)
+            Phase::Timed
         } else if traced {
-            self.phase.set(Phase::Untimed);
-            self.active(true)
+            Phase::Untimed
         } else {
-            self.phase.set(Phase::Quiet);
-            Entered::quiet(hooks)
+            Phase::Quiet
+        };
+        self.phase.set(phase);
+        phase
+    }
+
+    /// Whether nothing listens to the call: no outer call on this thread,
+    /// no subscriber that wants its span, no recorder. Then
+    /// [`enter`](Self::enter) changes nothing on the thread, and a driver
+    /// that reports its attempts itself (through [`attempt`](Self::attempt),
+    /// [`succeed`](Self::succeed) and [`finish`](Self::finish), not
+    /// through hooks such as [`RetryMetrics`]) may poll without entering.
+    /// The first time, it finds out, as the first `enter` would, and the
+    /// call starts.
+    ///
+    /// ```
+    /// use resilience_runtime::telemetry::{CallScope, Labels};
+    ///
+    /// // No subscriber, no recorder.
+    /// let scope = CallScope::new(Labels::new("checkout", "user"));
+    /// assert!(scope.is_quiet());
+    /// scope.succeed(1);
+    /// ```
+    #[inline(always)]
+    pub fn is_quiet(&self) -> bool {
+        match self.phase.get() {
+            Phase::Unpolled => self.begin() == Phase::Quiet,
+            phase => phase == Phase::Quiet,
         }
     }
 
