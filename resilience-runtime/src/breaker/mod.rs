@@ -186,6 +186,9 @@ const TAKEN: u64 = u64::MAX;
 /// A [`Call`] not polled yet.
 const IDLE: u64 = u64::MAX - 1;
 const PROBE: u64 = 1 << 32;
+/// Set on a live permit under a slow-call rule: its call is timed, so that
+/// the path without one tests a single word when it settles.
+const TIMED: u64 = 1 << 33;
 
 impl Admission {
     const fn pack(self) -> u64 {
@@ -198,7 +201,7 @@ impl Admission {
     const fn unpack(word: u64) -> Option<Admission> {
         match word {
             TAKEN | IDLE => None,
-            0 => Some(Admission::Closed),
+            word if word & !TIMED == 0 => Some(Admission::Closed),
             probe => Some(Admission::Probe(probe as u32)),
         }
     }
@@ -743,6 +746,7 @@ impl Permit<'_> {
                 self.admission = admission.pack();
                 if self.breaker.inner.config.slow_call().is_some() {
                     self.started = self.breaker.inner.now();
+                    self.admission |= TIMED;
                 }
                 Ok(())
             }
@@ -763,7 +767,7 @@ impl Permit<'_> {
         let packed = std::mem::replace(&mut self.admission, TAKEN);
         let inner = &*self.breaker.inner;
         // The path of a healthy dependency, inline: one stripe store.
-        if packed == Admission::Closed.pack() && !failed && inner.config.slow_call().is_none() {
+        if packed == Admission::Closed.pack() && !failed {
             inner.window.add_success();
             return;
         }
@@ -777,10 +781,10 @@ impl Permit<'_> {
         };
         let inner = &*self.breaker.inner;
         let slow = match inner.config.slow_call() {
-            Some(rule) => {
+            Some(rule) if packed & TIMED != 0 => {
                 inner.now().saturating_sub(self.started) >= duration_nanos(rule.threshold)
             }
-            None => false,
+            _ => false,
         };
         self.breaker.on_outcome(Outcome::Done {
             admission,
