@@ -36,20 +36,19 @@ pub(crate) struct Plan<'a> {
 /// ```text
 /// async fn get_user(&self, id: i64) -> Result<User, Error> {
 ///     static BREAKER: BreakerSite = BreakerSite::new("user", <config>);
-///     match admit(&BREAKER) {
-///         Ok(permit) => {
-///             let result = {
-///                 static RETRY: RetrySite = RetrySite::new("<module>::get_user", <policy>);
-///                 let mut chain = retry(&RETRY);
-///                 loop {
-///                     let attempt = async { let id = clone_arg(&id); let ret: Result<User, Error> = { body }; ret };
-///                     match chain.attempt(attempt).await { Break(result) => break result, Continue(()) => {} }
-///                 }
-///             };
-///             settle(permit, result)
+///     let permit = match admit(&BREAKER) {
+///         Ok(permit) => permit,
+///         Err(down) => return reject(down),
+///     };
+///     let result = {
+///         static RETRY: RetrySite = RetrySite::new("<module>::get_user", <policy>);
+///         let mut chain = retry(&RETRY);
+///         loop {
+///             let attempt = async { let id = clone_arg(&id); let ret: Result<User, Error> = { body }; ret };
+///             match chain.attempt(attempt).await { Break(result) => break result, Continue(()) => {} }
 ///         }
-///         Err(down) => reject(down),
-///     }
+///     };
+///     settle(permit, result)
 /// }
 /// ```
 pub(crate) fn expand(plan: Plan<'_>) -> TokenStream {
@@ -190,15 +189,17 @@ pub(crate) fn expand(plan: Plan<'_>) -> TokenStream {
                 let reject = quote_spanned! {error_span=>
                     ::resilience::__private::reject(__resilience_down)
                 };
+                // The permit is bound by a `let` of its own: a `match`
+                // scrutinee would live across the `.await`, and the permit
+                // would be copied out of it into the fn's future.
                 quote! {
                     #site
-                    match #admit {
-                        ::core::result::Result::Ok(__resilience_permit) => {
-                            let __resilience_result = #inner;
-                            #settle
-                        }
-                        ::core::result::Result::Err(__resilience_down) => #reject,
-                    }
+                    let __resilience_permit = match #admit {
+                        ::core::result::Result::Ok(__resilience_permit) => __resilience_permit,
+                        ::core::result::Result::Err(__resilience_down) => return #reject,
+                    };
+                    let __resilience_result = #inner;
+                    #settle
                 }
             }
         };
