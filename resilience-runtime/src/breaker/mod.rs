@@ -757,41 +757,49 @@ impl Permit<'_> {
         }
     }
 
+    /// Settles a permit taken by value; `ManuallyDrop` since a settled
+    /// permit has nothing to drop, so that nothing of it is kept in memory.
     #[inline]
-    fn finish(mut self, failed: bool) {
-        self.settle(failed);
+    fn finish(self, failed: bool) {
+        let this = std::mem::ManuallyDrop::new(self);
+        settle(this.breaker, this.admission, this.started, failed);
     }
 
     #[inline]
     fn settle(&mut self, failed: bool) {
         let packed = std::mem::replace(&mut self.admission, TAKEN);
-        let inner = &*self.breaker.inner;
-        // The path of a healthy dependency, inline: one stripe store.
-        if packed == Admission::Closed.pack() && !failed {
-            inner.window.add_success();
-            return;
-        }
-        self.settle_rest(packed, failed);
+        settle(self.breaker, packed, self.started, failed);
     }
+}
 
-    #[inline(never)]
-    fn settle_rest(&self, packed: u64, failed: bool) {
-        let Some(admission) = Admission::unpack(packed) else {
-            return;
-        };
-        let inner = &*self.breaker.inner;
-        let slow = match inner.config.slow_call() {
-            Some(rule) if packed & TIMED != 0 => {
-                inner.now().saturating_sub(self.started) >= duration_nanos(rule.threshold)
-            }
-            _ => false,
-        };
-        self.breaker.on_outcome(Outcome::Done {
-            admission,
-            failed,
-            slow,
-        });
+/// Records the outcome of a call admitted as `packed` at `started`.
+#[inline(always)]
+fn settle(breaker: &CircuitBreaker, packed: u64, started: u64, failed: bool) {
+    // The path of a healthy dependency, inline: one stripe store.
+    if packed == Admission::Closed.pack() && !failed {
+        breaker.inner.window.add_success();
+        return;
     }
+    settle_rest(breaker, packed, started, failed);
+}
+
+#[inline(never)]
+fn settle_rest(breaker: &CircuitBreaker, packed: u64, started: u64, failed: bool) {
+    let Some(admission) = Admission::unpack(packed) else {
+        return;
+    };
+    let inner = &*breaker.inner;
+    let slow = match inner.config.slow_call() {
+        Some(rule) if packed & TIMED != 0 => {
+            inner.now().saturating_sub(started) >= duration_nanos(rule.threshold)
+        }
+        _ => false,
+    };
+    breaker.on_outcome(Outcome::Done {
+        admission,
+        failed,
+        slow,
+    });
 }
 
 impl Drop for Permit<'_> {
