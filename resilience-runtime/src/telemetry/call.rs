@@ -108,14 +108,21 @@ std::thread_local! {
 pub struct CallScope {
     labels: Cell<Labels>,
     phase: Cell<Phase>,
-    /// When the first attempt started, in the `Timed` phase.
-    start: Cell<Option<Instant>>,
-    /// The `resilience.call` span, kept only when a subscriber wants it;
-    /// dropped by hand (see `Entered::span`).
-    span: ManuallyDrop<OnceCell<Span>>,
+    /// The clock and the span of a call somebody listens to, set when it
+    /// starts `Timed` or `Untimed`: the one word a quiet call initializes
+    /// and tests on drop. Dropped by hand (see `Entered::span`).
+    loud: ManuallyDrop<OnceCell<Loud>>,
     /// The attempt hook's state; its labels are `labels` (not a second
     /// copy, which would make every annotated fn's future 32 bytes larger).
     last_attempt: Cell<u32>,
+}
+
+/// What a call that somebody listens to keeps.
+struct Loud {
+    /// When the first attempt started, if a recorder times the call.
+    start: Cell<Option<Instant>>,
+    /// The `resilience.call` span, if a subscriber wants it.
+    span: Option<Span>,
 }
 
 impl CallScope {
@@ -126,8 +133,7 @@ impl CallScope {
         Self {
             labels: Cell::new(labels),
             phase: Cell::new(Phase::Unpolled),
-            start: Cell::new(None),
-            span: ManuallyDrop::new(OnceCell::new()),
+            loud: ManuallyDrop::new(OnceCell::new()),
             last_attempt: Cell::new(0),
         }
     }
@@ -157,7 +163,7 @@ impl CallScope {
         }
         let traced = tracing::level_enabled!(tracing::Level::INFO) && self.open_span();
         let phase = if emit::recorder_installed() {
-            self.start.set(Some(Instant::now()));
+            self.start_clock();
             Phase::Timed
         } else if traced {
             Phase::Untimed
@@ -206,7 +212,35 @@ impl CallScope {
             status = tracing::field::Empty,
             otel.status_code = tracing::field::Empty,
         );
-        !span.is_disabled() && self.span.set(span).is_ok()
+        !span.is_disabled()
+            && self
+                .loud
+                .set(Loud {
+                    start: Cell::new(None),
+                    span: Some(span),
+                })
+                .is_ok()
+    }
+
+    /// Starts the clock of a call a recorder times.
+    #[inline(never)]
+    fn start_clock(&self) {
+        let now = Some(Instant::now());
+        match self.loud.get() {
+            Some(loud) => loud.start.set(now),
+            None => {
+                let _ = self.loud.set(Loud {
+                    start: Cell::new(now),
+                    span: None,
+                });
+            }
+        }
+    }
+
+    /// The call's span, if a subscriber wants it.
+    #[inline]
+    fn wanted_span(&self) -> Option<&Span> {
+        self.loud.get().and_then(|loud| loud.span.as_ref())
     }
 
     /// Enters the call's span until the guard drops (hold it across one
@@ -237,7 +271,7 @@ impl CallScope {
             _marks: Some(Marks {
                 _quiet: emit::QuietScope::enter(Some(unrecorded)),
                 current: Some(CURRENT.replace(Some(self.labels.get()))),
-                span: ManuallyDrop::new(self.span.get().map(|span| span.clone().entered())),
+                span: ManuallyDrop::new(self.wanted_span().map(|span| span.clone().entered())),
             }),
         }
     }
@@ -317,7 +351,7 @@ impl CallScope {
 
     #[inline]
     fn record_status(&self, status: Status) {
-        if let Some(span) = self.span.get() {
+        if let Some(span) = self.wanted_span() {
             record_status(span, status);
         }
     }
@@ -325,7 +359,7 @@ impl CallScope {
     // Out of line: only a call that found a recorder gets here.
     #[inline(never)]
     fn record_duration(&self, status: Status) {
-        if let Some(start) = self.start.get() {
+        if let Some(start) = self.loud.get().and_then(|loud| loud.start.get()) {
             emit::histogram(
                 REQUEST_DURATION_SECONDS,
                 self.labels.get(),
@@ -339,7 +373,7 @@ impl CallScope {
     /// for a nested call, and when no subscriber wants it.
     pub fn span(&self) -> &Span {
         static NONE: Span = Span::none();
-        self.span.get().unwrap_or(&NONE)
+        self.wanted_span().unwrap_or(&NONE)
     }
 
     /// The labels the call records under: its own, or the outer call's
@@ -362,9 +396,8 @@ fn record_status(span: &Span, status: Status) {
 impl Drop for CallScope {
     #[inline]
     fn drop(&mut self) {
-        // Tested inline: a quiet call, or a finished one nobody traced, has
-        // nothing to drop.
-        if matches!(self.phase.get(), Phase::Untimed | Phase::Timed) || self.span.get().is_some() {
+        // Tested inline: a call nobody listened to has nothing to drop.
+        if self.loud.get().is_some() {
             self.drop_slow();
         }
     }
@@ -376,7 +409,7 @@ impl CallScope {
         if let Phase::Untimed | Phase::Timed = self.phase.get() {
             self.finish(Status::Cancelled);
         }
-        drop(self.span.take());
+        drop(self.loud.take());
     }
 }
 

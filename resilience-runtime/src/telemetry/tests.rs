@@ -831,3 +831,17 @@ fn succeed_records_the_success_and_finishes_the_call() {
     assert_eq!(quiet.span_count(), 0);
     assert_eq!(summary(&quiet), success);
 }
+
+/// A call both traced and recorded keeps its span and its clock, which it
+/// sets up in either order.
+#[test]
+fn a_call_traced_and_recorded_gets_both_its_span_and_its_duration() {
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    let collector = traces::Collector::default();
+    let result = metrics::with_local_recorder(&recorder, || traced(&collector, call(&[502, 200])));
+    assert_eq!(result.unwrap(), 200);
+    let (_, fields) = collector.span(1);
+    assert!(fields.contains(&"status=ok".to_owned()), "{fields:?}");
+    assert_one_retry_then_success(&snapshotter, "a traced call's series");
+}
