@@ -33,16 +33,6 @@ struct Stripe {
     slow: AtomicU64,
 }
 
-impl Stripe {
-    fn new() -> Self {
-        Stripe {
-            calls: AtomicU64::new(0),
-            failures: AtomicU64::new(0),
-            slow: AtomicU64::new(0),
-        }
-    }
-}
-
 #[derive(Debug)]
 struct Base {
     calls: AtomicU64,
@@ -52,10 +42,8 @@ struct Base {
 
 #[derive(Debug)]
 pub(crate) struct SlidingWindow {
-    /// One stripe per owning thread.
-    owned: Box<[Stripe]>,
-    /// The stripe the threads without one of their own share.
-    shared: Stripe,
+    /// One stripe per owning thread, then the one the others share.
+    stripes: Box<[Stripe]>,
     bases: [Base; BUCKETS],
     /// The current bucket: time since the breaker's origin, or calls, divided
     /// by the bucket width.
@@ -75,8 +63,13 @@ impl SlidingWindow {
     /// [`owner`](super::owner)), and one more for the others.
     pub(crate) fn new(owned: usize) -> SlidingWindow {
         SlidingWindow {
-            owned: (0..owned.clamp(1, OWNED)).map(|_| Stripe::new()).collect(),
-            shared: Stripe::new(),
+            stripes: (0..=owned.clamp(1, OWNED))
+                .map(|_| Stripe {
+                    calls: AtomicU64::new(0),
+                    failures: AtomicU64::new(0),
+                    slow: AtomicU64::new(0),
+                })
+                .collect(),
             bases: std::array::from_fn(|_| Base {
                 calls: AtomicU64::new(0),
                 failures: AtomicU64::new(0),
@@ -90,7 +83,8 @@ impl SlidingWindow {
     /// The stripe owned by the thread in `slot`, if this window has it.
     #[inline(always)]
     fn owned(&self, slot: usize) -> Option<&Stripe> {
-        self.owned.get(slot)
+        let owned = self.stripes.len() - 1;
+        self.stripes[..owned].get(slot)
     }
 
     /// Counts one successful call.
@@ -136,7 +130,9 @@ impl SlidingWindow {
         if let Some(slot) = owner::claim().filter(|&slot| self.owned(slot).is_some()) {
             return self.add_at(slot, failed, slow);
         }
-        let stripe = &self.shared;
+        let Some(stripe) = self.stripes.last() else {
+            return;
+        };
         stripe.calls.fetch_add(1, Relaxed);
         if failed {
             stripe.failures.fetch_add(1, Relaxed);
@@ -149,7 +145,7 @@ impl SlidingWindow {
     /// The sums of all stripes since the breaker was created.
     pub(crate) fn totals(&self) -> Counts {
         let mut c = Counts::default();
-        for s in self.owned.iter().chain([&self.shared]) {
+        for s in self.stripes.iter() {
             c.calls = c.calls.wrapping_add(s.calls.load(Relaxed));
             c.failures = c.failures.wrapping_add(s.failures.load(Relaxed));
             c.slow = c.slow.wrapping_add(s.slow.load(Relaxed));
