@@ -448,3 +448,16 @@ fn a_breaker_outlives_the_runtime_of_its_ticker() {
         assert_eq!(b.state(), State::HalfOpen);
     });
 }
+
+/// A breaker's heap is its `Arc` (two counts, padded to the state word's
+/// cache line, then `Inner`) and its stripes: within 1 KiB, a budget a
+/// field added to `Inner` can break by a whole cache line of padding.
+#[test]
+fn a_breaker_takes_at_most_one_kib_of_heap() {
+    use std::alloc::Layout;
+    let counts = Layout::new::<[std::sync::atomic::AtomicUsize; 2]>();
+    let (arc, _) = counts.extend(Layout::new::<Inner>()).unwrap();
+    let stripes = (owner::OWNED + 1) * 64;
+    let heap = arc.pad_to_align().size() + stripes;
+    assert!(heap <= 1024, "{heap} bytes");
+}
