@@ -91,9 +91,11 @@ std::thread_local! {
 ///
 /// Every call pays for it, so it is kept lean: without a subscriber that
 /// wants the span and without a metrics recorder, a call costs one level
-/// check, one recorder lookup, one thread-local read and a one-byte flag
-/// set and restored around each poll; it builds no span and reads no
-/// clock.
+/// check, one recorder lookup and one thread-local read when it starts,
+/// and one test per [`enter`](Self::enter) (under [`observe`], whose
+/// hooks read it, a one-byte flag set and restored around each poll); it
+/// builds no span and reads no clock, and [`is_quiet`](Self::is_quiet)
+/// lets a driver skip entering altogether.
 ///
 /// ```
 /// use resilience_runtime::telemetry::{CallScope, Labels, Status};
