@@ -261,7 +261,7 @@ where
                         this.fut.set(None);
                         Poll::Ready(chain.succeeded(value))
                     }
-                    polled => self.polled(polled, cx),
+                    polled => self.on_polled(polled, cx),
                 };
             }
         }
@@ -306,26 +306,16 @@ where
         self.poll_pause(cx)
     }
 
-    /// [`on_polled`](Self::on_polled), out of line: the first poll of a
-    /// quiet call that did not succeed at once.
-    #[inline(never)]
-    fn polled(
-        self: Pin<&mut Self>,
-        polled: Poll<Result<T, E>>,
-        cx: &mut Context<'_>,
-    ) -> Poll<ControlFlow<Result<T, E>>> {
-        self.on_polled(polled, cx)
-    }
-
     /// The attempt in flight was polled: it succeeded, failed, or is still
-    /// pending under its timer.
-    #[inline(always)]
+    /// pending under its timer. Out of line, so that the first poll of a
+    /// quiet call keeps only its success inline.
+    #[inline(never)]
     fn on_polled(
-        self: Pin<&mut Self>,
+        mut self: Pin<&mut Self>,
         polled: Poll<Result<T, E>>,
         cx: &mut Context<'_>,
     ) -> Poll<ControlFlow<Result<T, E>>> {
-        let mut this = self.project();
+        let mut this = self.as_mut().project();
         let chain = &mut **this.chain;
         let result = match polled {
             Poll::Ready(result) => result,
@@ -356,8 +346,7 @@ where
             ControlFlow::Continue(until) => {
                 this.timer.as_mut().pause(until);
                 *this.stage = Stage::Pausing;
-                ready!(this.timer.poll_pause(cx));
-                Poll::Ready(ControlFlow::Continue(()))
+                self.poll_pause(cx)
             }
         }
     }

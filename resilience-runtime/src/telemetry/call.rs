@@ -301,10 +301,7 @@ impl CallScope {
     #[inline]
     pub fn succeeded(&self, attempt: u32) {
         if self.unrecorded() && attempt > self.last_attempt.get() {
-            // No recorder: the event is all there is to record.
-            RetryMetrics::success_event(attempt);
-            self.last_attempt.set(attempt);
-            return;
+            return self.success_event(attempt);
         }
         // A success carries no error: any error type will do.
         self.record_attempt::<std::convert::Infallible>(&Event::Success { attempt }, |_| None);
@@ -316,16 +313,22 @@ impl CallScope {
     /// call takes.
     #[inline(always)]
     pub fn succeed(&self, attempt: u32) {
+        // Tested here rather than left to `succeeded` and `finish`: for a
+        // call nothing listens to, finishing only marks it done.
         if self.phase.get() == Phase::Quiet && attempt > self.last_attempt.get() {
-            // Nothing listens: the event is all there is to record, and
-            // finishing only marks the call done.
-            RetryMetrics::success_event(attempt);
-            self.last_attempt.set(attempt);
+            self.success_event(attempt);
             self.phase.set(Phase::Done);
             return;
         }
         self.succeeded(attempt);
         self.finish(Status::Ok);
+    }
+
+    /// No recorder: the event is all there is to record of a success.
+    #[inline(always)]
+    fn success_event(&self, attempt: u32) {
+        RetryMetrics::success_event(attempt);
+        self.last_attempt.set(attempt);
     }
 
     #[inline(never)]
