@@ -32,6 +32,10 @@
 pub use resilience_macros::{circuit_breaker, retry};
 pub use resilience_runtime::*;
 
+/// A fault-injecting TCP proxy for tests (the `chaos` feature).
+#[cfg(feature = "chaos")]
+pub use resilience_chaos as chaos;
+
 #[doc(hidden)]
 #[path = "private.rs"]
 pub mod __private;
