@@ -360,7 +360,9 @@ impl Proxy {
 
     /// Closes the listener: new connections are refused by the system
     /// (`ConnectionRefused`) until [`accept`](Proxy::accept). Connections
-    /// already accepted go on. Returns once the port is closed.
+    /// already accepted go on; ones still in the listener's backlog (not yet
+    /// accepted by the proxy) are reset by the system. Returns once the port
+    /// is closed.
     ///
     /// ```
     /// # use resilience_chaos::Proxy;
