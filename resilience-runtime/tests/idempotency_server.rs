@@ -3,7 +3,7 @@
 //! `cargo test -p resilience-runtime --features idempotency-server`
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -17,9 +17,13 @@ use bytes::Bytes;
 use http_body_util::BodyExt;
 use resilience_runtime::IdempotencyKey;
 use resilience_runtime::idempotency::server::{
-    Entry, IdempotencyConfig, IdempotencyLayer, MemoryStore,
+    Begin, EffectNotApplied, Entry, IdempotencyConfig, IdempotencyLayer, IdempotencyStore, Lease,
+    MemoryStore, Outcome, StoreError,
 };
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
 use tokio::sync::{Semaphore, mpsc};
+use tokio::time::{Instant, timeout};
 use tower::ServiceExt;
 
 #[derive(Clone)]
@@ -50,6 +54,27 @@ impl Harness {
         store: MemoryStore,
         script: impl IntoIterator<Item = u16>,
     ) -> Self {
+        let store = Arc::new(store);
+        Self::around(config, Arc::clone(&store), store, script)
+    }
+
+    /// A harness whose layer uses a [`Faulty`] memory store.
+    fn faulty(config: IdempotencyConfig, faults: &Arc<Faults>) -> Self {
+        let memory = Arc::new(MemoryStore::default());
+        let store = Faulty {
+            inner: Arc::clone(&memory),
+            faults: Arc::clone(faults),
+        };
+        Self::around(config, store, memory, [])
+    }
+
+    /// The layer uses `layer_store`, which keeps its keys in `store`.
+    fn around(
+        config: IdempotencyConfig,
+        layer_store: impl IdempotencyStore,
+        store: Arc<MemoryStore>,
+        script: impl IntoIterator<Item = u16>,
+    ) -> Self {
         let (tx, started) = mpsc::unbounded_channel();
         let handlers = Handlers {
             calls: Arc::default(),
@@ -57,7 +82,6 @@ impl Harness {
             started: tx,
             gate: Arc::new(Semaphore::new(0)),
         };
-        let store = Arc::new(store);
         let app = Router::new()
             .route(
                 "/payments",
@@ -68,11 +92,14 @@ impl Harness {
                     .delete(list),
             )
             .route("/flaky", post(flaky))
+            .route("/marked", post(marked))
+            .route("/panics", post(panics))
+            .route("/commit", post(commit))
             .route("/slow", post(slow))
             .route("/big", post(big))
             .route("/broken", post(broken))
             .with_state(handlers.clone())
-            .layer(IdempotencyLayer::with_config(Arc::clone(&store), config));
+            .layer(IdempotencyLayer::with_config(layer_store, config));
         Self {
             app,
             store,
@@ -116,6 +143,28 @@ async fn flaky(State(h): State<Handlers>) -> Response {
     (StatusCode::from_u16(status).unwrap(), format!("answer {n}")).into_response()
 }
 
+/// Like `/flaky`, but a status other than 201 carries `EffectNotApplied`.
+async fn marked(State(h): State<Handlers>) -> Response {
+    let mut response = flaky(State(h)).await;
+    if response.status() != StatusCode::CREATED {
+        response.extensions_mut().insert(EffectNotApplied);
+    }
+    response
+}
+
+async fn panics(State(h): State<Handlers>) -> Response {
+    h.calls.fetch_add(1, Ordering::SeqCst);
+    panic!("the handler panics after its effect");
+}
+
+/// Reports its start, waits for a permit, then applies its effect.
+async fn commit(State(h): State<Handlers>) -> (StatusCode, String) {
+    h.started.send(()).unwrap();
+    h.gate.acquire().await.unwrap().forget();
+    let n = h.calls.fetch_add(1, Ordering::SeqCst) + 1;
+    (StatusCode::CREATED, format!("paid {n}"))
+}
+
 async fn slow(State(h): State<Handlers>) -> String {
     let n = h.calls.fetch_add(1, Ordering::SeqCst) + 1;
     h.started.send(()).unwrap();
@@ -150,6 +199,57 @@ impl http_body::Body for FailsMidway {
         } else {
             Ok(http_body::Frame::data(Bytes::from_static(b"{\"id\":")))
         }))
+    }
+}
+
+/// Faults a [`Faulty`] store injects, switched on and off by the test.
+#[derive(Default)]
+struct Faults {
+    /// `begin` takes the key, then never answers: its answer is lost.
+    hang_begin: AtomicBool,
+    /// `complete` never answers (and does nothing).
+    hang_complete: AtomicBool,
+}
+
+/// A memory store that hangs where told to.
+struct Faulty {
+    inner: Arc<MemoryStore>,
+    faults: Arc<Faults>,
+}
+
+impl IdempotencyStore for Faulty {
+    fn name(&self) -> &str {
+        "faulty-memory"
+    }
+
+    async fn begin(
+        &self,
+        key: &IdempotencyKey,
+        lease: &Lease,
+        lock_ttl: Duration,
+    ) -> Result<Begin, StoreError> {
+        let begun = self.inner.begin(key, lease, lock_ttl).await;
+        if self.faults.hang_begin.load(Ordering::SeqCst) {
+            std::future::pending::<()>().await;
+        }
+        begun
+    }
+
+    async fn complete(
+        &self,
+        key: &IdempotencyKey,
+        lease: &Lease,
+        outcome: &Outcome,
+        ttl: Duration,
+    ) -> Result<bool, StoreError> {
+        if self.faults.hang_complete.load(Ordering::SeqCst) {
+            std::future::pending::<()>().await;
+        }
+        self.inner.complete(key, lease, outcome, ttl).await
+    }
+
+    async fn release(&self, key: &IdempotencyKey, lease: &Lease) -> Result<bool, StoreError> {
+        self.inner.release(key, lease).await
     }
 }
 
@@ -386,25 +486,75 @@ async fn concurrent_requests_with_one_key_run_the_handler_once_and_the_second_ge
 }
 
 #[tokio::test]
-async fn retryable_failures_are_not_stored_so_the_retry_runs_the_handler() {
+async fn a_handler_that_commits_then_answers_500_is_replayed_not_run_again() {
+    // The handler applies its effect (the counter), then fails: without
+    // the marker its 5xx is final for the key.
+    let h = Harness::with(IdempotencyConfig::default(), MemoryStore::default(), [500]);
+    let first = h.send(post_req("/flaky", "k", "{}")).await;
+    assert_eq!(
+        (first.status.as_u16(), first.body.as_str()),
+        (500, "answer 1")
+    );
+    assert!(!first.replayed());
+    for _ in 0..2 {
+        let retry = h.send(post_req("/flaky", "k", "{}")).await;
+        assert!(retry.replayed(), "{retry:?}");
+        assert_eq!(
+            (retry.status.as_u16(), retry.body.as_str()),
+            (500, "answer 1")
+        );
+    }
+    assert_eq!(h.calls(), 1, "applied once");
+}
+
+#[tokio::test]
+async fn a_5xx_marked_effect_not_applied_frees_the_key_so_the_retry_runs_the_handler() {
     let h = Harness::with(
         IdempotencyConfig::default(),
         MemoryStore::default(),
-        [502, 503, 429, 500],
+        [503, 502],
     );
-    for (n, status) in [(1, 502), (2, 503), (3, 429), (4, 500), (5, 201)] {
-        let reply = h.send(post_req("/flaky", "k", "{}")).await;
+    for (n, status) in [(1, 503), (2, 502), (3, 201)] {
+        let reply = h.send(post_req("/marked", "k", "{}")).await;
         assert_eq!(reply.status.as_u16(), status);
         assert_eq!(reply.body, format!("answer {n}"));
         assert!(!reply.replayed());
     }
-    let replay = h.send(post_req("/flaky", "k", "{}")).await;
+    let replay = h.send(post_req("/marked", "k", "{}")).await;
     assert!(replay.replayed());
     assert_eq!(
         (replay.status.as_u16(), replay.body.as_str()),
-        (201, "answer 5")
+        (201, "answer 3")
     );
-    assert_eq!(h.calls(), 5);
+    assert_eq!(h.calls(), 3);
+}
+
+#[tokio::test]
+async fn statuses_that_say_unprocessed_408_and_429_free_the_key() {
+    let h = Harness::with(
+        IdempotencyConfig::default(),
+        MemoryStore::default(),
+        [429, 408],
+    );
+    for (n, status) in [(1, 429), (2, 408), (3, 201)] {
+        let reply = h.send(post_req("/flaky", "k", "{}")).await;
+        assert_eq!((reply.status.as_u16(), reply.replayed()), (status, false));
+        assert_eq!(reply.body, format!("answer {n}"));
+    }
+    assert!(h.send(post_req("/flaky", "k", "{}")).await.replayed());
+    assert_eq!(h.calls(), 3);
+}
+
+#[tokio::test]
+async fn a_handler_that_panics_is_final_for_its_key() {
+    let h = Harness::new();
+    let first = h.send(post_req("/panics", "k", "{}")).await;
+    first.assert_error(500, "idempotency_handler_failed");
+    assert!(first.body.contains("may have applied"), "{}", first.body);
+    let retry = h.send(post_req("/panics", "k", "{}")).await;
+    retry.assert_error(500, "idempotency_handler_failed");
+    assert!(retry.replayed());
+    assert_eq!(h.calls(), 1);
 }
 
 #[tokio::test]
@@ -454,23 +604,33 @@ async fn a_handler_outliving_the_lock_ttl_loses_its_key_to_the_retry() {
 }
 
 #[tokio::test]
-async fn a_cancelled_request_frees_its_key() {
+async fn a_cancelled_request_still_runs_its_handler_to_the_end_and_records_it() {
     let mut h = Harness::new();
     let first = tokio::spawn(h.app.clone().oneshot(post_req("/slow", "k", "{}")));
     h.started.recv().await.unwrap();
     first.abort();
     assert!(first.await.unwrap_err().is_cancelled());
-    // The release runs on a task spawned by the dropped future.
-    for _ in 0..100 {
-        if h.store.is_empty() {
-            break;
-        }
-        tokio::task::yield_now().await;
-    }
-    assert!(h.store.is_empty());
+    // The handler runs on, detached: the key is still in flight.
+    h.send(post_req("/slow", "k", "{}"))
+        .await
+        .assert_error(409, "idempotency_key_in_use");
     h.gate.add_permits(1);
-    let retry = h.send(post_req("/slow", "k", "{}")).await;
-    assert_eq!(retry.body, "slow 2");
+    let replay = wait_for_replay(&h, || post_req("/slow", "k", "{}")).await;
+    assert_eq!(replay.body, "slow 1");
+    assert_eq!(h.calls(), 1);
+}
+
+/// Retries like a client told `409` + `Retry-After`, until the replay.
+async fn wait_for_replay(h: &Harness, request: impl Fn() -> Request<Body>) -> Reply {
+    for _ in 0..200 {
+        let reply = h.send(request()).await;
+        if reply.status != StatusCode::CONFLICT {
+            assert!(reply.replayed(), "{reply:?}");
+            return reply;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("still in flight");
 }
 
 #[tokio::test]
@@ -557,8 +717,6 @@ async fn a_full_store_answers_503_and_never_runs_the_handler_unprotected() {
 
 #[tokio::test]
 async fn through_a_real_http_server_on_loopback() {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-
     let h = Harness::new();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
@@ -589,4 +747,176 @@ async fn through_a_real_http_server_on_loopback() {
     assert!(!answers[0].contains("x-idempotency-replay"));
     assert!(answers[1].contains("x-idempotency-replay: true\r\n"));
     assert_eq!(h.calls(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_hung_store_answers_503_within_the_store_timeout_and_leaves_no_key_locked() {
+    let faults = Arc::new(Faults::default());
+    faults.hang_begin.store(true, Ordering::SeqCst);
+    let h = Harness::faulty(IdempotencyConfig::default(), &faults);
+
+    let asked = Instant::now();
+    let reply = timeout(
+        Duration::from_secs(60),
+        h.send(post_req("/payments", "k", "{}")),
+    )
+    .await
+    .expect("a hung store must not hang the request");
+    let waited = asked.elapsed();
+    assert!(
+        (Duration::from_secs(1)..Duration::from_millis(1010)).contains(&waited),
+        "answered after {waited:?}, the store timeout is 1s"
+    );
+    reply.assert_error(503, "idempotency_store_unavailable");
+    assert_eq!(reply.header("retry-after"), Some("1"));
+    assert!(
+        reply
+            .body
+            .contains("store `faulty-memory` failed on `begin` (no answer within 1s)"),
+        "{}",
+        reply.body
+    );
+    assert_eq!(h.calls(), 0, "the handler never ran");
+
+    // That begin took the key before its answer was lost: the layer frees
+    // it, so the client's retry is not locked out for the lock ttl.
+    faults.hang_begin.store(false, Ordering::SeqCst);
+    for _ in 0..100 {
+        if h.store.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(
+        h.store.is_empty(),
+        "{:?}",
+        h.store.get(&IdempotencyKey::from_string("k").unwrap())
+    );
+    let retry = h.send(post_req("/payments", "k", "{}")).await;
+    assert_eq!(
+        (retry.status, retry.replayed()),
+        (StatusCode::CREATED, false)
+    );
+    assert_eq!(h.calls(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_store_timeout_is_configurable() {
+    let faults = Arc::new(Faults::default());
+    faults.hang_begin.store(true, Ordering::SeqCst);
+    let config = IdempotencyConfig::builder()
+        .with_store_timeout(Duration::from_millis(50))
+        .build()
+        .unwrap();
+    let h = Harness::faulty(config, &faults);
+    let asked = Instant::now();
+    let reply = h.send(post_req("/payments", "k", "{}")).await;
+    reply.assert_error(503, "idempotency_store_unavailable");
+    assert!(
+        asked.elapsed() < Duration::from_millis(60),
+        "{:?}",
+        asked.elapsed()
+    );
+    assert!(
+        reply.body.contains("no answer within 50ms"),
+        "{}",
+        reply.body
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_hung_complete_does_not_hold_the_response_back_and_the_key_is_completed_later() {
+    let faults = Arc::new(Faults::default());
+    faults.hang_complete.store(true, Ordering::SeqCst);
+    let h = Harness::faulty(IdempotencyConfig::default(), &faults);
+
+    let asked = Instant::now();
+    let first = timeout(
+        Duration::from_secs(60),
+        h.send(post_req("/payments", "k", "{}")),
+    )
+    .await
+    .expect("a hung complete must not hold the response");
+    let waited = asked.elapsed();
+    assert!(
+        (Duration::from_secs(1)..Duration::from_millis(1010)).contains(&waited),
+        "answered after {waited:?}, the store timeout is 1s"
+    );
+    assert_eq!(
+        (first.status, first.replayed()),
+        (StatusCode::CREATED, false)
+    );
+    // Not completed yet, but never run twice: the key is still in flight.
+    h.send(post_req("/payments", "k", "{}"))
+        .await
+        .assert_error(409, "idempotency_key_in_use");
+
+    // The store recovers: the layer's background retries complete the key.
+    faults.hang_complete.store(false, Ordering::SeqCst);
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let replay = h.send(post_req("/payments", "k", "{}")).await;
+    assert!(replay.replayed(), "{replay:?}");
+    assert_eq!(replay.body, first.body);
+    assert_eq!(h.calls(), 1);
+}
+
+/// Serves `app` on a loopback port of its own.
+async fn serve(app: Router) -> (std::net::SocketAddr, tokio::task::JoinHandle<()>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let server = tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    (addr, server)
+}
+
+/// One request on a new connection; the raw answer, lowercased.
+async fn exchange(addr: std::net::SocketAddr, raw: &str) -> String {
+    let mut stream = TcpStream::connect(addr).await.unwrap();
+    stream.write_all(raw.as_bytes()).await.unwrap();
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).await.unwrap();
+    answer.to_ascii_lowercase()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_resetting_its_connection_mid_handler_gets_the_replay_not_a_second_effect() {
+    let mut h = Harness::new();
+    let (addr, server) = serve(h.app.clone()).await;
+    let raw = "POST /commit HTTP/1.1\r\nHost: test\r\nIdempotency-Key: pay-7\r\n\
+               Content-Length: 2\r\nConnection: close\r\n\r\n{}";
+
+    let mut first = TcpStream::connect(addr).await.unwrap();
+    first.write_all(raw.as_bytes()).await.unwrap();
+    h.started.recv().await.unwrap();
+    // The client goes away while the handler is blocked: RST, not FIN.
+    first.set_zero_linger().unwrap();
+    drop(first);
+    // Time for hyper to see the reset and drop the request's future.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+
+    let retry = timeout(Duration::from_secs(5), exchange(addr, raw))
+        .await
+        .expect("the retry must not run the handler again");
+    assert!(retry.starts_with("http/1.1 409 conflict\r\n"), "{retry}");
+    assert!(retry.contains("retry-after: 1\r\n"), "{retry}");
+
+    h.gate.add_permits(1);
+    let mut replay = String::new();
+    for _ in 0..200 {
+        replay = timeout(Duration::from_secs(5), exchange(addr, raw))
+            .await
+            .unwrap();
+        if !replay.starts_with("http/1.1 409") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    server.abort();
+    assert!(replay.starts_with("http/1.1 201 created\r\n"), "{replay}");
+    assert!(
+        replay.contains("x-idempotency-replay: true\r\n"),
+        "{replay}"
+    );
+    assert!(replay.ends_with("paid 1"), "{replay}");
+    assert_eq!(h.calls(), 1, "applied once");
+    assert!(h.started.try_recv().is_err(), "the handler started once");
 }

@@ -16,6 +16,7 @@ use crate::error::ConfigError;
 /// | methods | `POST`, `PATCH` | the non-idempotent methods (SPEC §3); `GET`, `HEAD`, `OPTIONS`, `PUT`, `DELETE` pass through |
 /// | ttl | 24 h | how long a response is replayed (SPEC §3) |
 /// | lock ttl | 60 s | how long a crashed request blocks its key; above a 30 s handler deadline |
+/// | store timeout | 1 s | the longest wait on one store call; a store slower than that is down (`503`) |
 /// | max request body | 2 MiB | the request is buffered to fingerprint it (axum's own default limit) |
 /// | max stored body | 1 MiB | larger responses are delivered but not kept |
 /// | stored headers | `content-type`, `content-encoding`, `content-language`, `content-location`, `location`, `etag`, `last-modified` | what a replay needs; never `set-cookie` |
@@ -44,6 +45,7 @@ pub struct IdempotencyConfig {
     pub(crate) methods: Vec<Method>,
     pub(crate) ttl: Duration,
     pub(crate) lock_ttl: Duration,
+    pub(crate) store_timeout: Duration,
     pub(crate) max_request_body: usize,
     pub(crate) max_stored_body: usize,
     pub(crate) stored_headers: Vec<HeaderName>,
@@ -59,6 +61,9 @@ pub struct IdempotencyConfigBuilder {
 
 /// The longest ttl accepted: a key is a retry window, not an archive.
 const MAX_TTL: Duration = Duration::from_secs(365 * 86_400);
+
+/// The longest store timeout accepted: a store slower than that is down.
+const MAX_STORE_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Headers that describe one connection, never a stored response.
 const HOP_BY_HOP: [HeaderName; 6] = [
@@ -93,6 +98,12 @@ impl IdempotencyConfig {
         self.lock_ttl
     }
 
+    /// The longest the layer waits on one call to its store (`begin`,
+    /// `complete`, `release`) before it takes the store for down.
+    pub fn store_timeout(&self) -> Duration {
+        self.store_timeout
+    }
+
     /// The largest request body accepted, in bytes.
     pub fn max_request_body(&self) -> usize {
         self.max_request_body
@@ -124,6 +135,7 @@ impl Default for IdempotencyConfig {
             methods: vec![Method::POST, Method::PATCH],
             ttl: Duration::from_secs(24 * 3600),
             lock_ttl: Duration::from_secs(60),
+            store_timeout: Duration::from_secs(1),
             max_request_body: 2 << 20,
             max_stored_body: 1 << 20,
             stored_headers: vec![
@@ -158,6 +170,21 @@ impl IdempotencyConfigBuilder {
     /// deadline, or a slow handler loses its key to a retry.
     pub const fn with_lock_ttl(mut self, lock_ttl: Duration) -> Self {
         self.config.lock_ttl = lock_ttl;
+        self
+    }
+
+    /// The longest the layer waits on one store call (between 1 ms and
+    /// 60 s, and below the lock ttl).
+    ///
+    /// A `begin` that takes longer is answered `503
+    /// idempotency_store_unavailable` without running the handler; a
+    /// `complete` that takes longer does not hold the handler's response
+    /// back: it is delivered, and the layer keeps trying to complete the
+    /// key in the background until the lock ttl runs out. Keep it above
+    /// the store's own slowest healthy answer (a few milliseconds for a
+    /// nearby Redis) and well below the clients' request timeout.
+    pub const fn with_store_timeout(mut self, store_timeout: Duration) -> Self {
+        self.config.store_timeout = store_timeout;
         self
     }
 
@@ -238,6 +265,23 @@ impl IdempotencyConfigBuilder {
                 ),
             );
         }
+        if c.store_timeout < Duration::from_millis(1) || c.store_timeout > MAX_STORE_TIMEOUT {
+            return fail(
+                "store_timeout",
+                format!("{:?}", c.store_timeout),
+                "must be between 1ms and 60s".into(),
+            );
+        }
+        if c.store_timeout >= c.lock_ttl {
+            return fail(
+                "store_timeout",
+                format!("{:?}", c.store_timeout),
+                format!(
+                    "must be below the lock ttl ({:?}): a lock could expire while its store call is still waited on",
+                    c.lock_ttl
+                ),
+            );
+        }
         for (field, bytes) in [
             ("max_request_body", c.max_request_body),
             ("max_stored_body", c.max_stored_body),
@@ -266,6 +310,7 @@ mod tests {
         let config = IdempotencyConfig::builder().build().unwrap();
         assert_eq!(config.methods(), [Method::POST, Method::PATCH]);
         assert_eq!(config.ttl(), Duration::from_secs(86_400));
+        assert_eq!(config.store_timeout(), Duration::from_secs(1));
         for safe in [
             Method::GET,
             Method::HEAD,
@@ -304,6 +349,23 @@ mod tests {
                 IdempotencyConfig::builder().with_lock_ttl(Duration::from_secs(86_401)),
                 "lock_ttl",
                 "86401s",
+            ),
+            (
+                IdempotencyConfig::builder().with_store_timeout(Duration::ZERO),
+                "store_timeout",
+                "0ns",
+            ),
+            (
+                IdempotencyConfig::builder().with_store_timeout(Duration::from_secs(61)),
+                "store_timeout",
+                "61s",
+            ),
+            (
+                IdempotencyConfig::builder()
+                    .with_lock_ttl(Duration::from_secs(2))
+                    .with_store_timeout(Duration::from_secs(2)),
+                "store_timeout",
+                "2s",
             ),
             (
                 IdempotencyConfig::builder().with_max_stored_body(0),

@@ -2,22 +2,28 @@
 
 use std::fmt;
 use std::future::Future;
+use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use http::{HeaderMap, HeaderValue, Request, Response, StatusCode, header::HeaderName};
 use http_body::Body;
 use http_body_util::{BodyExt, LengthLimitError, Limited};
 use pin_project_lite::pin_project;
+use tokio::time::{Instant, timeout};
 use tower_layer::Layer;
 use tower_service::Service;
 
 use super::body::{BoxError, ResponseBody};
 use super::config::IdempotencyConfig;
+use super::effect::EffectNotApplied;
 use super::reject::Rejection;
-use super::store::{Begin, Entry, Fingerprint, IdempotencyStore, Lease, Outcome, StoredResponse};
+use super::store::{
+    Begin, Entry, Fingerprint, IdempotencyStore, Lease, Outcome, StoreError, StoredResponse,
+};
 use crate::idempotency::IdempotencyKey;
 use crate::retry::{Classify, HttpStatus};
 
@@ -246,26 +252,33 @@ fn key_of(headers: &HeaderMap) -> Result<IdempotencyKey, Rejection> {
     IdempotencyKey::from_string(text).map_err(|err| Rejection::InvalidKey(err.to_string()))
 }
 
-/// Whether a handler's status may be stored: never one that the client is
-/// expected to retry (SPEC §2: 408, 429, 5xx), or the retry would replay
-/// the failure instead of running the handler again.
-fn storable(status: StatusCode) -> bool {
-    !status.is_server_error() && !HttpStatus(status.as_u16()).classify().is_retryable()
+/// Whether a status frees the key without the [`EffectNotApplied`] marker:
+/// only `408` and `429` (SPEC §2's retryable 4xx), which say by their
+/// definition that the request was not processed (RFC 9110 §15.5.9, RFC
+/// 6585 §4). A `5xx` says nothing of the kind, so it is final.
+fn refused_unprocessed(status: StatusCode) -> bool {
+    status.is_client_error() && HttpStatus(status.as_u16()).classify().is_retryable()
 }
 
+/// Reads the request body and fingerprints it here, in the request's own
+/// future, then runs everything from `begin` on in a task of its own, so
+/// that a client going away (its future dropped) stops nothing once the
+/// key is taken.
 async fn guarded<S, St, ReqBody, ResBody>(
-    mut inner: S,
+    inner: S,
     store: Arc<St>,
     config: Arc<IdempotencyConfig>,
     key: IdempotencyKey,
     request: Request<ReqBody>,
 ) -> Result<Response<ResponseBody<ResBody>>, S::Error>
 where
-    S: Service<Request<ReqBody>, Response = Response<ResBody>>,
+    S: Service<Request<ReqBody>, Response = Response<ResBody>> + Send + 'static,
+    S::Future: Send + 'static,
+    S::Error: Send + 'static,
     St: IdempotencyStore,
-    ReqBody: Body + From<Bytes>,
+    ReqBody: Body + From<Bytes> + Send + 'static,
     ReqBody::Error: Into<BoxError>,
-    ResBody: Body<Data = Bytes>,
+    ResBody: Body<Data = Bytes> + Send + 'static,
     ResBody::Error: Into<BoxError>,
 {
     let (parts, body) = request.into_parts();
@@ -286,60 +299,141 @@ where
         &config.fingerprint_headers,
         &body,
     );
-    let lease = Lease::new(fingerprint);
-    match store.begin(&key, &lease, config.lock_ttl).await {
-        Ok(Begin::Started) => {}
-        Ok(Begin::Existing(entry)) => return Ok(answer_existing(&key, entry, fingerprint)),
+    let log_key = key.clone();
+    let detached = tokio::spawn(run(inner, store, config, key, parts, body, fingerprint));
+    // Dropping this future (the client went away) only detaches the task.
+    match detached.await {
+        Ok(answer) => answer,
         Err(err) => {
-            tracing::error!(%key, error = %err, "idempotency store failed; request refused");
-            return Ok(Rejection::StoreUnavailable.into_response());
+            tracing::error!(key = %log_key, error = %err, "idempotency task ended without an answer");
+            Ok(Rejection::Internal.into_response())
         }
     }
+}
 
-    let mut guard = LeaseGuard {
-        store: Some(Arc::clone(&store)),
-        key: key.clone(),
-        lease: lease.clone(),
-        answered: None,
-        ttl: config.ttl,
+/// `begin`, the handler, and `complete` or `release`: the part of a
+/// guarded request that runs to its end whatever the client does.
+async fn run<S, St, ReqBody, ResBody>(
+    mut inner: S,
+    store: Arc<St>,
+    config: Arc<IdempotencyConfig>,
+    key: IdempotencyKey,
+    parts: http::request::Parts,
+    body: Bytes,
+    fingerprint: Fingerprint,
+) -> Result<Response<ResponseBody<ResBody>>, S::Error>
+where
+    S: Service<Request<ReqBody>, Response = Response<ResBody>>,
+    St: IdempotencyStore,
+    ReqBody: From<Bytes>,
+    ResBody: Body<Data = Bytes>,
+    ResBody::Error: Into<BoxError>,
+{
+    let lease = Lease::new(fingerprint);
+    let began = Instant::now();
+    let begin = timeout(
+        config.store_timeout,
+        store.begin(&key, &lease, config.lock_ttl),
+    )
+    .await;
+    let failure = match begin {
+        Ok(Ok(Begin::Started)) => None,
+        Ok(Ok(Begin::Existing(entry))) => return Ok(answer_existing(&key, entry, fingerprint)),
+        Ok(Err(err @ (StoreError::Full { .. } | StoreError::Corrupt { .. }))) => {
+            Some((err.to_string(), false))
+        }
+        Ok(Err(err)) => Some((err.to_string(), true)),
+        Err(_) => Some((format!("no answer within {:?}", config.store_timeout), true)),
     };
-    let response = match inner
-        .call(Request::from_parts(parts, ReqBody::from(body)))
-        .await
+    if let Some((what, maybe_taken)) = failure {
+        tracing::error!(
+            %key,
+            store = store.name(),
+            error = %what,
+            "idempotency store failed on begin; request refused, handler not run",
+        );
+        if maybe_taken {
+            // The key may have been taken all the same (the command reached
+            // the store, its answer did not come back): free it, in the
+            // background so that the 503 is not delayed.
+            tokio::spawn(settle_late(
+                Arc::clone(&store),
+                key.clone(),
+                lease,
+                Settle::Release,
+                Arc::clone(&config),
+                began + config.lock_ttl,
+            ));
+        }
+        return Ok(Rejection::StoreUnavailable {
+            store: store.name().to_owned(),
+            call: "begin",
+            what,
+        }
+        .into_response());
+    }
+
+    let mut held = Held {
+        store: Some(store),
+        key,
+        lease,
+        config,
+        until: began,
+        answered: None,
+    };
+    held.until += held.config.lock_ttl;
+    let request = Request::from_parts(parts, ReqBody::from(body));
+    let response = match (CatchUnwind {
+        future: async move { inner.call(request).await },
+    })
+    .await
     {
-        Ok(response) => response,
-        Err(err) => {
-            guard.release("the service failed").await;
+        Ok(Ok(response)) => response,
+        Ok(Err(err)) => {
+            tracing::error!(key = %held.key, "the service failed after it began; the key is final");
+            let outcome = Outcome::Response(Rejection::ServiceFailed.stored());
+            held.complete(outcome).await;
             return Err(err);
+        }
+        Err(_panic) => {
+            tracing::error!(key = %held.key, "the handler panicked after it began; the key is final");
+            let outcome = Outcome::Response(Rejection::HandlerPanicked.stored());
+            held.complete(outcome).await;
+            return Ok(Rejection::HandlerPanicked.into_response());
         }
     };
     let (parts, body) = response.into_parts();
-    if !storable(parts.status) {
-        guard
-            .release("the handler answered a retryable status")
+    if parts.extensions.get::<EffectNotApplied>().is_some() {
+        held.release("the handler declared its effect not applied")
             .await;
         return Ok(Response::from_parts(parts, ResponseBody::inner(body)));
     }
-    guard.answered = Some(parts.status);
+    if refused_unprocessed(parts.status) {
+        held.release("the handler refused the request unprocessed (408 or 429)")
+            .await;
+        return Ok(Response::from_parts(parts, ResponseBody::inner(body)));
+    }
+    held.answered = Some(parts.status);
 
-    match read_bounded(Box::pin(body), config.max_stored_body).await {
+    let max_stored_body = held.config.max_stored_body;
+    match read_bounded(Box::pin(body), max_stored_body).await {
         Read::Complete { data, trailers } => {
             let stored = StoredResponse::capture(
                 parts.status,
                 &parts.headers,
-                &config.stored_headers,
+                &held.config.stored_headers,
                 data.clone(),
             );
-            guard.complete(&Outcome::Response(stored), &config).await;
+            held.complete(Outcome::Response(stored)).await;
             Ok(Response::from_parts(
                 parts,
                 ResponseBody::buffered(data, trailers, None),
             ))
         }
         Read::TooLarge { prefix, rest } => {
-            let limit = config.max_stored_body as u64;
+            let limit = max_stored_body as u64;
             tracing::warn!(
-                %key,
+                key = %held.key,
                 status = parts.status.as_u16(),
                 limit,
                 "response too large to store: delivered once, later requests with the key get 409",
@@ -348,7 +442,7 @@ where
                 status: parts.status,
                 limit,
             };
-            guard.complete(&outcome, &config).await;
+            held.complete(outcome).await;
             Ok(Response::from_parts(
                 parts,
                 ResponseBody::spilled(prefix, rest),
@@ -358,7 +452,7 @@ where
             // The handler's work is done (its status says so): releasing
             // the key would let the retry do it twice.
             tracing::warn!(
-                %key,
+                key = %held.key,
                 status = parts.status.as_u16(),
                 %error,
                 "response body failed: later requests with the key get 409",
@@ -366,7 +460,7 @@ where
             let outcome = Outcome::BodyFailed {
                 status: parts.status,
             };
-            guard.complete(&outcome, &config).await;
+            held.complete(outcome).await;
             Ok(Response::from_parts(
                 parts,
                 ResponseBody::buffered(prefix, None, Some(error)),
@@ -476,86 +570,191 @@ where
     }
 }
 
-/// Settles the key when the future is dropped (the client went away)
-/// before it did: a handler that had not answered frees the key, since it
-/// no longer runs and the key must not stay locked until its lock ttl; a
-/// handler that had answered a storable status did its work, so the key is
-/// completed as [`Outcome::BodyFailed`].
-struct LeaseGuard<St: IdempotencyStore> {
+pin_project! {
+    /// A future whose panic becomes an `Err`, as `futures`'
+    /// `catch_unwind`: a handler that panicked after it began may have
+    /// applied its effect, so the layer must still record the key.
+    struct CatchUnwind<F> {
+        #[pin]
+        future: F,
+    }
+}
+
+impl<F: Future> Future for CatchUnwind<F> {
+    type Output = Result<F::Output, Box<dyn std::any::Any + Send>>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let future = self.project().future;
+        // Never polled again after a panic: the layer stops at the `Err`.
+        match std::panic::catch_unwind(AssertUnwindSafe(|| future.poll(cx))) {
+            Ok(Poll::Ready(output)) => Poll::Ready(Ok(output)),
+            Ok(Poll::Pending) => Poll::Pending,
+            Err(panic) => Poll::Ready(Err(panic)),
+        }
+    }
+}
+
+/// What a request that held a key still owes the store.
+#[derive(Debug)]
+enum Settle {
+    Release,
+    Complete(Outcome),
+}
+
+impl Settle {
+    fn as_str(&self) -> &'static str {
+        match self {
+            Settle::Release => "release",
+            Settle::Complete(_) => "complete",
+        }
+    }
+}
+
+/// One bounded attempt at `settle`; `Err` says what went wrong.
+async fn settle_once<St: IdempotencyStore>(
+    store: &St,
+    key: &IdempotencyKey,
+    lease: &Lease,
+    settle: &Settle,
+    config: &IdempotencyConfig,
+) -> Result<bool, String> {
+    let call = async {
+        match settle {
+            Settle::Release => store.release(key, lease).await,
+            Settle::Complete(outcome) => store.complete(key, lease, outcome, config.ttl).await,
+        }
+    };
+    match timeout(config.store_timeout, call).await {
+        Ok(Ok(done)) => Ok(done),
+        Ok(Err(err)) => Err(err.to_string()),
+        Err(_) => Err(format!("no answer within {:?}", config.store_timeout)),
+    }
+}
+
+/// Retries `settle` in the background, with backoff from 50 ms to 1 s,
+/// until the store answers or the lock expires at `until` (after which
+/// the store frees the key by itself).
+async fn settle_late<St: IdempotencyStore>(
+    store: Arc<St>,
+    key: IdempotencyKey,
+    lease: Lease,
+    settle: Settle,
+    config: Arc<IdempotencyConfig>,
+    until: Instant,
+) {
+    let mut pause = Duration::from_millis(50);
+    let mut attempts = 0u32;
+    loop {
+        attempts += 1;
+        match settle_once(&*store, &key, &lease, &settle, &config).await {
+            Ok(done) => {
+                tracing::info!(%key, call = settle.as_str(), attempts, done, "idempotency key settled late");
+                return;
+            }
+            Err(error) if Instant::now() + pause >= until => {
+                tracing::error!(
+                    %key,
+                    store = store.name(),
+                    call = settle.as_str(),
+                    attempts,
+                    %error,
+                    "idempotency key not settled; the store frees it when its lock ttl ends",
+                );
+                return;
+            }
+            Err(_) => {}
+        }
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(Duration::from_secs(1));
+    }
+}
+
+/// The key a running request holds. It is settled once, by `complete` or
+/// `release`; if the task is dropped before (the runtime shuts down, or
+/// the response body panicked), the drop settles it on a new task: a
+/// handler that had not answered frees the key, one that had answered a
+/// status that is final completes it as [`Outcome::BodyFailed`].
+struct Held<St: IdempotencyStore> {
     store: Option<Arc<St>>,
     key: IdempotencyKey,
     lease: Lease,
+    config: Arc<IdempotencyConfig>,
+    /// When the lock expires in the store.
+    until: Instant,
     answered: Option<StatusCode>,
-    ttl: std::time::Duration,
 }
 
-impl<St: IdempotencyStore> LeaseGuard<St> {
+impl<St: IdempotencyStore> Held<St> {
     async fn release(&mut self, why: &'static str) {
-        if let Some(store) = self.store.take() {
-            match store.release(&self.key, &self.lease).await {
-                Ok(_) => tracing::debug!(key = %self.key, why, "idempotency key released"),
-                Err(err) => tracing::error!(
-                    key = %self.key,
-                    why,
-                    error = %err,
-                    "idempotency key not released; it stays locked until the lock ttl",
-                ),
-            }
-        }
+        self.settle(Settle::Release, why).await;
     }
 
-    async fn complete(&mut self, outcome: &Outcome, config: &IdempotencyConfig) {
+    async fn complete(&mut self, outcome: Outcome) {
+        self.settle(Settle::Complete(outcome), "the handler answered")
+            .await;
+    }
+
+    /// One attempt bounded by the store timeout, then retries in the
+    /// background: the response is never held back for long.
+    async fn settle(&mut self, settle: Settle, why: &'static str) {
         let Some(store) = self.store.take() else {
             return;
         };
-        match store
-            .complete(&self.key, &self.lease, outcome, config.ttl)
-            .await
-        {
-            Ok(true) => {}
+        let key = &self.key;
+        match settle_once(&*store, key, &self.lease, &settle, &self.config).await {
+            Ok(true) => {
+                tracing::debug!(%key, why, call = settle.as_str(), "idempotency key settled")
+            }
             Ok(false) => tracing::warn!(
-                key = %self.key,
-                lock_ttl = ?config.lock_ttl,
-                "the handler outlived the idempotency lock ttl and another request took the key; response not stored",
+                %key,
+                lock_ttl = ?self.config.lock_ttl,
+                call = settle.as_str(),
+                "the handler outlived the idempotency lock ttl and the key was freed or taken by another request",
             ),
-            Err(err) => tracing::error!(
-                key = %self.key,
-                error = %err,
-                "response not stored; the key stays locked until the lock ttl",
-            ),
+            Err(error) => {
+                tracing::warn!(
+                    %key,
+                    store = store.name(),
+                    call = settle.as_str(),
+                    %error,
+                    "idempotency key not settled; response delivered, retrying in the background until the lock ttl ends",
+                );
+                tokio::spawn(settle_late(
+                    store,
+                    key.clone(),
+                    self.lease.clone(),
+                    settle,
+                    Arc::clone(&self.config),
+                    self.until,
+                ));
+            }
         }
     }
 }
 
-impl<St: IdempotencyStore> Drop for LeaseGuard<St> {
+impl<St: IdempotencyStore> Drop for Held<St> {
     fn drop(&mut self) {
         let Some(store) = self.store.take() else {
             return;
         };
-        let (key, lease, answered, ttl) = (
-            self.key.clone(),
-            self.lease.clone(),
-            self.answered,
-            self.ttl,
-        );
+        let settle = match self.answered {
+            None => Settle::Release,
+            Some(status) => Settle::Complete(Outcome::BodyFailed { status }),
+        };
         match tokio::runtime::Handle::try_current() {
             Ok(runtime) => {
-                runtime.spawn(async move {
-                    let settled = match answered {
-                        None => store.release(&key, &lease).await,
-                        Some(status) => {
-                            let outcome = Outcome::BodyFailed { status };
-                            store.complete(&key, &lease, &outcome, ttl).await
-                        }
-                    };
-                    if let Err(err) = settled {
-                        tracing::error!(%key, error = %err, "idempotency key of a cancelled request not settled; it stays locked until the lock ttl");
-                    }
-                });
+                runtime.spawn(settle_late(
+                    store,
+                    self.key.clone(),
+                    self.lease.clone(),
+                    settle,
+                    Arc::clone(&self.config),
+                    self.until,
+                ));
             }
             Err(_) => tracing::warn!(
-                %key,
-                "request cancelled outside a tokio runtime; its idempotency key stays locked until the lock ttl",
+                key = %self.key,
+                "idempotency task dropped outside a tokio runtime; its key stays locked until the lock ttl",
             ),
         }
     }

@@ -161,6 +161,10 @@ impl State {
 }
 
 impl IdempotencyStore for MemoryStore {
+    fn name(&self) -> &str {
+        "memory"
+    }
+
     async fn begin(
         &self,
         key: &IdempotencyKey,

@@ -70,6 +70,7 @@
 
 mod body;
 mod config;
+mod effect;
 mod layer;
 mod memory;
 #[cfg(feature = "idempotency-redis")]
@@ -79,6 +80,7 @@ mod store;
 
 pub use body::{BoxError, ResponseBody};
 pub use config::{IdempotencyConfig, IdempotencyConfigBuilder};
+pub use effect::EffectNotApplied;
 pub use layer::{Idempotency, IdempotencyLayer, ResponseFuture};
 pub use memory::MemoryStore;
 #[cfg(feature = "idempotency-redis")]

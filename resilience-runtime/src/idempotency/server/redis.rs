@@ -125,6 +125,10 @@ static RELEASE: LazyLock<Script> = LazyLock::new(|| {
 });
 
 impl IdempotencyStore for RedisStore {
+    fn name(&self) -> &str {
+        "redis"
+    }
+
     async fn begin(
         &self,
         key: &IdempotencyKey,

@@ -3,21 +3,40 @@
 use std::fmt::Write as _;
 
 use bytes::Bytes;
-use http::{HeaderValue, Response, StatusCode, header};
+use http::{HeaderMap, HeaderValue, Response, StatusCode, header};
 
 use super::body::ResponseBody;
+use super::store::StoredResponse;
 
 /// Why the layer answered instead of the handler.
 #[derive(Debug)]
 pub(crate) enum Rejection {
     MissingKey,
     InvalidKey(String),
-    RequestTooLarge { limit: usize },
+    RequestTooLarge {
+        limit: usize,
+    },
     RequestUnreadable(String),
     KeyInUse,
     KeyReused,
-    NotStored { status: StatusCode, why: String },
-    StoreUnavailable,
+    NotStored {
+        status: StatusCode,
+        why: String,
+    },
+    StoreUnavailable {
+        /// The store's [name](super::IdempotencyStore::name).
+        store: String,
+        /// The call that failed: `begin`.
+        call: &'static str,
+        /// What went wrong: a timeout, or the store's error.
+        what: String,
+    },
+    /// The handler panicked after it began: its effect may be applied.
+    HandlerPanicked,
+    /// The inner service returned an error after it began.
+    ServiceFailed,
+    /// The layer's own task ended without an answer (runtime shut down).
+    Internal,
 }
 
 impl Rejection {
@@ -63,10 +82,27 @@ impl Rejection {
                     status.as_u16()
                 ),
             ),
-            Rejection::StoreUnavailable => (
+            Rejection::StoreUnavailable { store, call, what } => (
                 StatusCode::SERVICE_UNAVAILABLE,
                 "idempotency_store_unavailable",
-                "the idempotency store is unavailable, so the request was not processed; retry later".into(),
+                format!(
+                    "the idempotency store `{store}` failed on `{call}` ({what}), so the request was not processed; retry later with the same Idempotency-Key"
+                ),
+            ),
+            Rejection::HandlerPanicked => (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "idempotency_handler_failed",
+                "the handler for this Idempotency-Key failed after it began and may have applied its effect, so it will not run again for this key; check the result before retrying with a new key".into(),
+            ),
+            Rejection::ServiceFailed => (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "idempotency_handler_failed",
+                "the service for this Idempotency-Key returned an error after it began and may have applied its effect, so it will not run again for this key; check the result before retrying with a new key".into(),
+            ),
+            Rejection::Internal => (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "idempotency_layer_failed",
+                "the idempotency layer stopped before the request finished (the server is shutting down?); retry later with the same Idempotency-Key".into(),
             ),
         }
     }
@@ -75,7 +111,8 @@ impl Rejection {
         self.parts().1
     }
 
-    pub(crate) fn into_response<B>(self) -> Response<ResponseBody<B>> {
+    /// The answer as a response that can be stored and replayed.
+    pub(crate) fn stored(&self) -> StoredResponse {
         let (status, code, message) = self.parts();
         let mut json = String::with_capacity(32 + code.len() + message.len());
         json.push_str("{\"error\":");
@@ -83,16 +120,25 @@ impl Rejection {
         json.push_str(",\"message\":");
         push_json_string(&mut json, &message);
         json.push('}');
-        let mut response = Response::new(ResponseBody::full(Bytes::from(json)));
-        *response.status_mut() = status;
-        let headers = response.headers_mut();
+        let mut headers = HeaderMap::new();
         headers.insert(
             header::CONTENT_TYPE,
             HeaderValue::from_static("application/json"),
         );
-        if matches!(self, Rejection::KeyInUse | Rejection::StoreUnavailable) {
+        if matches!(
+            self,
+            Rejection::KeyInUse | Rejection::StoreUnavailable { .. } | Rejection::Internal
+        ) {
             headers.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
         }
+        StoredResponse::new(status, headers, Bytes::from(json))
+    }
+
+    pub(crate) fn into_response<B>(self) -> Response<ResponseBody<B>> {
+        let stored = self.stored();
+        let mut response = Response::new(ResponseBody::full(stored.body().clone()));
+        *response.status_mut() = stored.status();
+        *response.headers_mut() = stored.headers().clone();
         response
     }
 }

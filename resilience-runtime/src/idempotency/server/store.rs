@@ -298,12 +298,31 @@ pub enum StoreError {
 ///   answer `false`.
 ///
 /// `lock_ttl` bounds how long a crashed server can block a key. Stores
-/// return [`StoreError`] rather than panicking. The key is the client's
+/// return [`StoreError`] rather than panicking. The layer bounds every call
+/// by its [store timeout](super::IdempotencyConfig::store_timeout) and may
+/// drop a call's future midway; it repeats `complete` and `release` for
+/// the same lease when a call failed, so both must be safe to repeat (the
+/// compare-with-lease rule above makes them so). The key is the client's
 /// text; a store namespaces it as it sees fit (the Redis store writes
 /// `idem:<key>`).
 ///
 /// [`MemoryStore`](super::MemoryStore) is the reference implementation.
 pub trait IdempotencyStore: Send + Sync + 'static {
+    /// A short name for the store, for logs and for the layer's `503`
+    /// (`the idempotency store `redis` failed on `begin` …`): say which
+    /// kind of store, never where it lives (the answer goes to clients).
+    ///
+    /// The default is the type's name without its module path.
+    ///
+    /// ```
+    /// use resilience_runtime::idempotency::server::{IdempotencyStore, MemoryStore};
+    ///
+    /// assert_eq!(MemoryStore::default().name(), "memory");
+    /// ```
+    fn name(&self) -> &str {
+        short_type_name(std::any::type_name::<Self>())
+    }
+
     /// Takes the key for `lease` if it is free, or reports who holds it.
     fn begin(
         &self,
@@ -329,7 +348,18 @@ pub trait IdempotencyStore: Send + Sync + 'static {
     ) -> impl Future<Output = Result<bool, StoreError>> + Send;
 }
 
+/// `a::b::Store<c::D>` → `Store<c::D>`: the path before the type's own
+/// name goes, its generic arguments stay.
+fn short_type_name(full: &'static str) -> &'static str {
+    let own = full.find('<').unwrap_or(full.len());
+    full[..own].rfind("::").map_or(full, |at| &full[at + 2..])
+}
+
 impl<T: IdempotencyStore> IdempotencyStore for Arc<T> {
+    fn name(&self) -> &str {
+        (**self).name()
+    }
+
     fn begin(
         &self,
         key: &IdempotencyKey,
@@ -355,5 +385,17 @@ impl<T: IdempotencyStore> IdempotencyStore for Arc<T> {
         lease: &Lease,
     ) -> impl Future<Output = Result<bool, StoreError>> + Send {
         (**self).release(key, lease)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::short_type_name;
+
+    #[test]
+    fn short_type_names_drop_the_module_path() {
+        assert_eq!(short_type_name("a::b::Store"), "Store");
+        assert_eq!(short_type_name("a::Wrap<b::c::D>"), "Wrap<b::c::D>");
+        assert_eq!(short_type_name("Plain"), "Plain");
     }
 }
