@@ -14,20 +14,24 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use axum::Router;
 use axum::body::Body;
 use axum::extract::State;
 use axum::http::{Request, StatusCode};
 use axum::routing::post;
+use axum::{Extension, Router};
 use bytes::Bytes;
 use http::{HeaderMap, Method, Uri, header};
 use http_body_util::BodyExt;
 use redis::Commands;
 use resilience_runtime::IdempotencyKey;
 use resilience_runtime::idempotency::server::{
-    Begin, Entry, Fingerprint, IdempotencyLayer, IdempotencyStore, Lease, Outcome, RedisStore,
-    StoreError, StoredResponse,
+    Begin, EffectNotApplied, Entry, Fingerprint, IdempotencyLayer, IdempotencyStore, Lease,
+    Outcome, RedisStore, StoreError, StoredResponse,
 };
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::sync::{Semaphore, mpsc};
+use tokio::time::{Instant, timeout};
 use tower::ServiceExt;
 
 fn redis_url() -> String {
@@ -198,7 +202,20 @@ async fn redis_backed_layer_runs_a_payment_once_and_replays_it() {
         )
         .route(
             "/down",
-            post(|| async { (StatusCode::SERVICE_UNAVAILABLE, "down") }),
+            post(|| async {
+                (
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    Extension(EffectNotApplied),
+                    "down",
+                )
+            }),
+        )
+        .route(
+            "/crash",
+            post(|State(calls): State<Arc<AtomicUsize>>| async move {
+                let n = calls.fetch_add(1, Ordering::SeqCst) + 1;
+                (StatusCode::INTERNAL_SERVER_ERROR, format!("crash {n}"))
+            }),
         )
         .with_state(Arc::clone(&calls))
         .layer(IdempotencyLayer::new(s.store.clone()));
@@ -231,7 +248,8 @@ async fn redis_backed_layer_runs_a_payment_once_and_replays_it() {
     let reused = send("/payments", "order-42", "{\"other\":1}").await;
     assert_eq!(reused.0, StatusCode::UNPROCESSABLE_ENTITY);
 
-    // A failure is not stored: the key is gone, the retry runs again.
+    // A failure declared not applied is not stored: the key is gone, the
+    // retry runs again.
     let down = send("/down", "order-43", "{}").await;
     assert_eq!(down.0, StatusCode::SERVICE_UNAVAILABLE);
     let exists: bool = s
@@ -239,4 +257,286 @@ async fn redis_backed_layer_runs_a_payment_once_and_replays_it() {
         .exists(s.store.redis_key(&key("order-43")))
         .unwrap();
     assert!(!exists);
+
+    // A 500 after the effect is final for its key: replayed, applied once.
+    let crash = send("/crash", "order-44", "{}").await;
+    assert_eq!(
+        crash,
+        (StatusCode::INTERNAL_SERVER_ERROR, false, "crash 2".into())
+    );
+    let retry = send("/crash", "order-44", "{}").await;
+    assert_eq!(
+        retry,
+        (StatusCode::INTERNAL_SERVER_ERROR, true, "crash 2".into())
+    );
+    assert_eq!(calls.load(Ordering::SeqCst), 2);
+}
+
+/// A redis-server of the test's own on a free port, so that the test can
+/// stop it (SIGSTOP) without touching the shared one; killed by PID on
+/// drop, panics included.
+struct OwnRedis {
+    child: std::process::Child,
+    port: u16,
+}
+
+impl OwnRedis {
+    fn start() -> Self {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let child = std::process::Command::new("redis-server")
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no"])
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .expect("redis-server must be on the PATH");
+        let server = Self { child, port };
+        for _ in 0..100 {
+            if redis::Client::open(server.url())
+                .and_then(|client| client.get_connection())
+                .is_ok()
+            {
+                return server;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        panic!("redis-server on port {port} did not start");
+    }
+
+    fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/", self.port)
+    }
+
+    fn signal(&self, signal: &str) {
+        let status = std::process::Command::new("kill")
+            .args([signal, &self.child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success(), "kill {signal} {}", self.child.id());
+    }
+
+    /// Freezes the server: connections stay open, nothing is answered.
+    fn pause(&self) {
+        self.signal("-STOP");
+    }
+
+    fn resume(&self) {
+        self.signal("-CONT");
+    }
+}
+
+impl Drop for OwnRedis {
+    fn drop(&mut self) {
+        self.signal("-CONT");
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A payments service behind the layer: `/pay` applies its effect at once,
+/// `/commit` reports its start, waits for a permit, then applies it.
+struct Payments {
+    app: Router,
+    applied: Arc<AtomicUsize>,
+    started: mpsc::UnboundedReceiver<()>,
+    gate: Arc<Semaphore>,
+}
+
+impl Payments {
+    fn new(store: RedisStore) -> Self {
+        let applied = Arc::new(AtomicUsize::new(0));
+        let gate = Arc::new(Semaphore::new(0));
+        let (tx, started) = mpsc::unbounded_channel();
+        let pay = {
+            let applied = Arc::clone(&applied);
+            move || async move {
+                let n = applied.fetch_add(1, Ordering::SeqCst) + 1;
+                (StatusCode::CREATED, format!("paid {n}"))
+            }
+        };
+        let commit = {
+            let (applied, gate) = (Arc::clone(&applied), Arc::clone(&gate));
+            move || async move {
+                tx.send(()).unwrap();
+                gate.acquire().await.unwrap().forget();
+                let n = applied.fetch_add(1, Ordering::SeqCst) + 1;
+                (StatusCode::CREATED, format!("paid {n}"))
+            }
+        };
+        let app = Router::new()
+            .route("/pay", post(pay))
+            .route("/commit", post(commit))
+            .layer(IdempotencyLayer::new(store));
+        Self {
+            app,
+            applied,
+            started,
+            gate,
+        }
+    }
+
+    fn applied(&self) -> usize {
+        self.applied.load(Ordering::SeqCst)
+    }
+
+    /// (status, replayed, body).
+    async fn send(&self, path: &str, key: &str) -> (StatusCode, bool, String) {
+        let request = Request::post(path)
+            .header("Idempotency-Key", key)
+            .body(Body::from("{}"))
+            .unwrap();
+        let response = self.app.clone().oneshot(request).await.unwrap();
+        let replayed = response.headers().contains_key("x-idempotency-replay");
+        let status = response.status();
+        let body = response.into_body().collect().await.unwrap().to_bytes();
+        (status, replayed, String::from_utf8(body.to_vec()).unwrap())
+    }
+
+    /// Sends until the answer is not `409` (in flight), as a client told
+    /// `Retry-After` would.
+    async fn send_until_settled(&self, path: &str, key: &str) -> (StatusCode, bool, String) {
+        for _ in 0..500 {
+            let reply = self.send(path, key).await;
+            if reply.0 != StatusCode::CONFLICT {
+                return reply;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        panic!("key {key} still in flight after 10 s");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs Redis at REDIS_URL (default redis://127.0.0.1:6379/)"]
+async fn redis_backed_layer_a_client_resetting_mid_handler_gets_the_replay_not_a_second_effect() {
+    let s = Scoped::new("reset").await;
+    let mut p = Payments::new(s.store.clone());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let server = tokio::spawn(axum::serve(listener, p.app.clone()).into_future());
+    let raw = "POST /commit HTTP/1.1\r\nHost: test\r\nIdempotency-Key: pay-9\r\n\
+               Content-Length: 2\r\nConnection: close\r\n\r\n{}";
+    let exchange = || async move {
+        let mut stream = TcpStream::connect(addr).await.unwrap();
+        stream.write_all(raw.as_bytes()).await.unwrap();
+        let mut answer = String::new();
+        stream.read_to_string(&mut answer).await.unwrap();
+        answer.to_ascii_lowercase()
+    };
+
+    let mut first = TcpStream::connect(addr).await.unwrap();
+    first.write_all(raw.as_bytes()).await.unwrap();
+    p.started.recv().await.unwrap();
+    first.set_zero_linger().unwrap();
+    drop(first);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+
+    let retry = timeout(Duration::from_secs(5), exchange())
+        .await
+        .expect("the retry must not run the handler again");
+    assert!(retry.starts_with("http/1.1 409 conflict\r\n"), "{retry}");
+
+    p.gate.add_permits(1);
+    let mut replay = String::new();
+    for _ in 0..200 {
+        replay = timeout(Duration::from_secs(5), exchange()).await.unwrap();
+        if !replay.starts_with("http/1.1 409") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    server.abort();
+    assert!(replay.starts_with("http/1.1 201 created\r\n"), "{replay}");
+    assert!(
+        replay.contains("x-idempotency-replay: true\r\n"),
+        "{replay}"
+    );
+    assert!(replay.ends_with("paid 1"), "{replay}");
+    assert_eq!(p.applied(), 1, "applied once");
+    assert!(p.started.try_recv().is_err(), "the handler started once");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "starts its own redis-server (must be on the PATH)"]
+async fn redis_backed_layer_answers_503_fast_when_redis_hangs_and_leaves_no_key_locked() {
+    let redis = OwnRedis::start();
+    let store = RedisStore::connect(&redis.url()).await.unwrap();
+    let p = Payments::new(store);
+    // Warm up: the connection is up and the scripts are loaded.
+    assert_eq!(p.send("/pay", "warm-up").await.0, StatusCode::CREATED);
+
+    redis.pause();
+    let asked = Instant::now();
+    let reply = timeout(Duration::from_secs(10), p.send("/pay", "pay-1"))
+        .await
+        .expect("a hung Redis must not hang the request");
+    let waited = asked.elapsed();
+    eprintln!("503 after {waited:?} with Redis stopped");
+    assert!(
+        waited < Duration::from_millis(1500),
+        "answered after {waited:?}"
+    );
+    assert_eq!(reply.0, StatusCode::SERVICE_UNAVAILABLE, "{reply:?}");
+    assert!(
+        reply
+            .2
+            .contains("idempotency store `redis` failed on `begin`"),
+        "{}",
+        reply.2
+    );
+    assert_eq!(p.applied(), 1, "the handler never ran for pay-1");
+
+    // The SET NX is queued in Redis' socket: once Redis resumes it takes
+    // the key, and the layer's release frees it again.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    redis.resume();
+    let resumed = Instant::now();
+    let retry = p.send_until_settled("/pay", "pay-1").await;
+    eprintln!("key free {:?} after Redis resumed", resumed.elapsed());
+    assert_eq!(retry, (StatusCode::CREATED, false, "paid 2".into()));
+    assert_eq!(p.applied(), 2);
+    let replay = p.send("/pay", "pay-1").await;
+    assert_eq!(replay, (StatusCode::CREATED, true, "paid 2".into()));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "starts its own redis-server (must be on the PATH)"]
+async fn redis_backed_layer_delivers_the_response_when_redis_hangs_before_complete() {
+    let redis = OwnRedis::start();
+    let store = RedisStore::connect(&redis.url()).await.unwrap();
+    let mut p = Payments::new(store);
+    assert_eq!(p.send("/pay", "warm-up").await.0, StatusCode::CREATED);
+
+    let app = p.app.clone();
+    let first = tokio::spawn(async move {
+        let request = Request::post("/commit")
+            .header("Idempotency-Key", "pay-2")
+            .body(Body::from("{}"))
+            .unwrap();
+        let response = app.oneshot(request).await.unwrap();
+        let status = response.status();
+        let body = response.into_body().collect().await.unwrap().to_bytes();
+        (Instant::now(), status, body)
+    });
+    p.started.recv().await.unwrap();
+    redis.pause();
+    let released = Instant::now();
+    p.gate.add_permits(1);
+    let (answered, status, body) = timeout(Duration::from_secs(10), first)
+        .await
+        .expect("a hung complete must not hold the response")
+        .unwrap();
+    let waited = answered - released;
+    eprintln!("response delivered {waited:?} after the handler ended, Redis stopped");
+    assert!(waited < Duration::from_millis(1500), "{waited:?}");
+    assert_eq!((status, &body[..]), (StatusCode::CREATED, &b"paid 2"[..]));
+
+    // Redis resumes: the background retries complete the key.
+    redis.resume();
+    let replay = p.send_until_settled("/commit", "pay-2").await;
+    assert_eq!(replay, (StatusCode::CREATED, true, "paid 2".into()));
+    assert_eq!(p.applied(), 2);
 }
