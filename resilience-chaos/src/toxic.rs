@@ -55,9 +55,10 @@ pub const RESPONSE_CAP: u64 = 1 << 20;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum Toxic {
-    /// Each chunk the client sends reaches the upstream `delay` plus a
-    /// uniform random `0..=jitter` later, so every request/response round
-    /// trip takes at least `delay` longer.
+    /// The proxy holds each chunk it reads from the client for `delay` plus
+    /// a uniform random `0..=jitter` before forwarding it (bytes that arrive
+    /// meanwhile wait behind it), so every request/response round trip takes
+    /// at least `delay` longer.
     Latency {
         /// The least added delay.
         delay: Duration,
