@@ -18,7 +18,8 @@ pin_project! {
     /// [`Idempotency`](super::Idempotency) service.
     ///
     /// Requests the layer does not guard, and responses it does not store
-    /// (5xx), keep the handler's body as is, streamed. Stored and replayed
+    /// (marked [`EffectNotApplied`](super::EffectNotApplied), `408`, `429`),
+    /// keep the handler's body as is, streamed. Stored and replayed
     /// responses are buffered bytes with an exact length.
     pub struct ResponseBody<B> {
         #[pin]

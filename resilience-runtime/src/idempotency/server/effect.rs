@@ -13,7 +13,7 @@
 /// transaction began, or a dependency refused the call outright. A marker
 /// on a response of any status frees the key; it is meant for failures.
 ///
-/// With axum, return it as [`axum::Extension`] among the response parts:
+/// With axum, return it as `axum::Extension` among the response parts:
 ///
 /// ```
 /// use axum::{Extension, http::StatusCode, response::IntoResponse};

@@ -92,7 +92,11 @@ impl<S, St> Layer<S> for IdempotencyLayer<St> {
 /// `Idempotency-Key` and replays the stored response afterwards.
 ///
 /// Built by [`IdempotencyLayer`]; see the [module docs](super) for what it
-/// answers and when.
+/// answers and when. A guarded request's handler runs on a task of its
+/// own (`tokio::spawn`), so that dropping the [`ResponseFuture`] (the
+/// client went away) never stops a handler that began: that is why the
+/// inner service, its future, its error and its response body must be
+/// `Send + 'static`.
 pub struct Idempotency<S, St> {
     inner: S,
     store: Arc<St>,
@@ -373,15 +377,15 @@ where
         .into_response());
     }
 
+    let until = began + config.lock_ttl;
     let mut held = Held {
         store: Some(store),
         key,
         lease,
         config,
-        until: began,
+        until,
         answered: None,
     };
-    held.until += held.config.lock_ttl;
     let request = Request::from_parts(parts, ReqBody::from(body));
     let response = match (CatchUnwind {
         future: async move { inner.call(request).await },

@@ -6,22 +6,68 @@
 //! request body can be rebuilt from [`Bytes`](bytes::Bytes) (axum's `Body`,
 //! `http_body_util::Full`).
 //!
+//! # The promise: never applied twice
+//!
+//! Once a handler has begun for a key, its outcome is recorded for that
+//! key, whatever the client, the handler or the store does next:
+//!
+//! - **The handler runs detached from the connection.** After `begin` the
+//!   layer moves the inner service's future, with the store's `complete`,
+//!   onto a task of its own (`tokio::spawn`), as Stripe records every
+//!   request once its execution began. A client that goes away (hyper drops
+//!   the request's future when the connection resets) only stops waiting:
+//!   the handler finishes, its response is stored, and the client's retry
+//!   gets it replayed (`409` while it is still running). Hence the layer's
+//!   bounds: the inner service, its future, its error and its response body
+//!   must be `Send + 'static`, and the layer must run on a tokio runtime
+//!   with the time driver (as axum and hyper servers do).
+//! - **A response is final for its key**, `5xx` included: the layer cannot
+//!   tell a `500` raised before the charge from one raised after the
+//!   commit. A handler that knows nothing was applied says so with the
+//!   [`EffectNotApplied`] response extension; that, and only that, frees
+//!   the key on a `5xx` so that the retry runs the handler again. A `5xx`
+//!   without the marker is final for that key.
+//! - `408` and `429` free the key without the marker: by their definition
+//!   the request was not processed (RFC 9110 §15.5.9, RFC 6585 §4). Put
+//!   rate limiting and load shedding outside the layer anyway.
+//! - **A handler that panics, or an inner service that returns `Err`,
+//!   after it began** may have applied its effect: the key is completed
+//!   with a `500 idempotency_handler_failed`, replayed to later requests,
+//!   and the handler does not run again for that key.
+//! - **Store calls are bounded** by
+//!   [`store_timeout`](IdempotencyConfig::store_timeout) (1 s by default). A
+//!   store that is down or hung on `begin` fails closed and fast: `503
+//!   idempotency_store_unavailable` naming the store and what failed, the
+//!   handler not run; since that `begin` may have taken the key all the
+//!   same, the layer releases its lease in the background. A `complete` (or
+//!   `release`) that fails or times out does not hold the response back: it
+//!   is delivered, a warning is logged, and the layer retries the call in
+//!   the background (backoff from 50 ms to 1 s) until the store answers or
+//!   the lock ttl ends.
+//! - **A crashed holder** (the process died between `begin` and
+//!   `complete`) blocks its key for the [lock ttl](IdempotencyConfig::lock_ttl)
+//!   (60 s by default): later requests get `409` until it expires, then one
+//!   of them runs the handler again. The same goes for a store that stays
+//!   down past the lock ttl after `begin`. Keep the lock ttl above the
+//!   handler's deadline, or a slow handler loses its key to a retry.
+//!
 //! # What the layer answers
 //!
 //! For the guarded methods (`POST` and `PATCH` by default; every other
-//! method passes through untouched, its body streamed):
+//! method passes through untouched, its body streamed), with the semantics
+//! of the IETF `Idempotency-Key` header draft for `400`, `409` and `422`:
 //!
 //! | request | answer | handler runs? |
 //! |---|---|---|
 //! | no `Idempotency-Key` | `400 missing_idempotency_key` | no |
 //! | key not 1–255 visible ASCII characters, or sent twice | `400 invalid_idempotency_key` | no |
 //! | body over `max_request_body` | `413 request_body_too_large` | no |
-//! | new key | the handler's response, stored unless retryable | once |
+//! | new key | the handler's response, stored (see above) | once |
 //! | key seen, same request, completed | the stored response + `X-Idempotency-Replay: true` | no |
-//! | key seen, same request, still running | `409 idempotency_key_in_use` + `Retry-After: 1` | no |
-//! | key seen with another method, path, query, body or [fingerprint header](IdempotencyConfigBuilder::with_fingerprint_headers) | `422 idempotency_key_reused` | no |
+//! | key seen, same request, still running | `409 idempotency_key_in_use` + `Retry-After: 1`: retry later with the same key | no |
+//! | key seen with another method, path, query, body or [fingerprint header](IdempotencyConfigBuilder::with_fingerprint_headers) | `422 idempotency_key_reused`: a new request needs a new key | no |
 //! | key seen, response was over `max_stored_body` or its body failed | `409 idempotency_response_not_stored` | no |
-//! | store unreachable or full | `503 idempotency_store_unavailable` + `Retry-After: 1` | no |
+//! | store unreachable, hung past `store_timeout`, or full | `503 idempotency_store_unavailable` + `Retry-After: 1` | no |
 //!
 //! The layer's own answers are JSON: `{"error": "<code>", "message": "…"}`.
 //!
@@ -30,14 +76,8 @@
 //!   `Idempotency-Key` draft. Waiting would hold a connection and a task
 //!   per duplicate for as long as the handler runs; the client already
 //!   knows how to retry after `Retry-After`.
-//! - **Failures are not stored**: a status the client is expected to retry
-//!   (5xx, 408, 429; SPEC §2), an error of the inner service, or a request
-//!   cancelled (its future dropped) before the handler answers frees the
-//!   key, so the client's retry runs the handler again. Other 4xx are stored: the same request
-//!   would fail the same way.
-//! - **A body that fails after a storable status** (2xx, 3xx, other 4xx),
-//!   or a request cancelled while the layer reads that body, means the work
-//!   is done but the response lost: the key is kept, and later requests get
+//! - **A body that fails after the handler answered** means the work is
+//!   done but the response lost: the key is kept, and later requests get
 //!   `409 idempotency_response_not_stored` instead of a second execution.
 //! - **A response over `max_stored_body`** is still delivered in full to
 //!   its client, but only its status is recorded: later requests with the
@@ -45,9 +85,6 @@
 //!   execution.
 //! - Only the [configured headers](IdempotencyConfig::stored_headers) are
 //!   replayed (never `set-cookie` by default); trailers are not stored.
-//! - A handler running longer than the lock ttl may lose its key to a
-//!   retry, which then runs the handler again: keep the lock ttl above the
-//!   handler's deadline.
 //!
 //! # Example
 //!
