@@ -9,6 +9,7 @@
 //! traces belong here and the macro crate never changes for them.
 
 use std::future::Future;
+use std::marker::PhantomData;
 use std::ops::ControlFlow;
 use std::pin::Pin;
 use std::sync::OnceLock;
@@ -19,11 +20,11 @@ use pin_project_lite::pin_project;
 use resilience_runtime::breaker::{BreakerConfig, Call, CircuitBreaker, Permit};
 use resilience_runtime::registry;
 use resilience_runtime::retry::{
-    AttemptTimer, Attempts, Classify, DefaultRng, Event, GiveUp, Next, Policy, PolicyBuilder,
-    Reason, Verdict,
+    AttemptTimer, Attempts, Classify, DefaultRng, Event, GiveUp, Next, Outcome, Policy,
+    PolicyBuilder, Reason, Verdict,
 };
 use resilience_runtime::telemetry::{self, CallScope, Fallback, Labels, Observed, Status};
-use resilience_runtime::{DependencyDown, Error};
+use resilience_runtime::{Cause, DependencyDown, Error};
 use tokio::time::Instant;
 
 /// The retry policy of one `#[retry]` call site.
@@ -90,7 +91,7 @@ pub struct Custom<W>(W);
 /// One retry chain in progress: the state between the attempts of one
 /// logical call.
 #[derive(Debug)]
-pub struct Chain<W> {
+pub struct Chain<W, K = Forget> {
     // The runtime's rules, shared with `Policy::retry`: only the loop is
     // ours. The policy stays in the site's `static`, not copied per call.
     attempts: Attempts<DefaultRng, &'static Policy>,
@@ -99,6 +100,86 @@ pub struct Chain<W> {
     scope: CallScope,
     /// Why the last attempt failed, for the metrics.
     reason: Option<Reason>,
+    /// Whether failed attempts' errors are kept as the cause of a later
+    /// runtime error.
+    keep: K,
+}
+
+/// Keeps a failed attempt's error as the [`Cause`] of the runtime error
+/// that may end the chain: [`KeepError`] for an error type that can be
+/// kept, [`Forget`] for the others, chosen by [`Probe`].
+pub trait Keep<E> {
+    /// The cause to keep, if any.
+    fn keep(&self, error: E) -> Option<Cause>;
+}
+
+/// Keeps nothing: the error type is not a `std::error::Error + Send + Sync + 'static`.
+#[derive(Debug, Clone, Copy)]
+pub struct Forget;
+
+impl<E> Keep<E> for Forget {
+    #[inline(always)]
+    fn keep(&self, _: E) -> Option<Cause> {
+        None
+    }
+}
+
+/// Keeps every failed attempt's error.
+#[derive(Debug, Clone, Copy)]
+pub struct KeepError;
+
+impl<E: std::error::Error + Send + Sync + 'static> Keep<E> for KeepError {
+    fn keep(&self, error: E) -> Option<Cause> {
+        Some(Cause::new(error))
+    }
+}
+
+/// Chooses the keeper of an error type `E` at the call site, by autoref:
+/// `(&&Probe::<E>::NEW).keeper()` is [`KeepError`] when `E` can be kept,
+/// [`Forget`] otherwise (with both [`ProbeError`] and [`ProbeAny`] in
+/// scope).
+#[derive(Debug)]
+pub struct Probe<E>(PhantomData<fn() -> E>);
+
+impl<E> Probe<E> {
+    /// The probe of `E`.
+    pub const NEW: Self = Probe(PhantomData);
+}
+
+/// The keeper of an error type that can be kept.
+pub trait ProbeError {
+    /// [`KeepError`].
+    fn keeper(&self) -> KeepError;
+}
+
+impl<E: std::error::Error + Send + Sync + 'static> ProbeError for &Probe<E> {
+    #[inline(always)]
+    fn keeper(&self) -> KeepError {
+        KeepError
+    }
+}
+
+/// The keeper of any other error type.
+pub trait ProbeAny {
+    /// [`Forget`].
+    fn keeper(&self) -> Forget;
+}
+
+impl<E> ProbeAny for Probe<E> {
+    #[inline(always)]
+    fn keeper(&self) -> Forget {
+        Forget
+    }
+}
+
+/// The error type of a `Result`, for [`Probe`].
+pub trait ResultError {
+    /// `E` of `Result<T, E>`.
+    type Error;
+}
+
+impl<T, E> ResultError for Result<T, E> {
+    type Error = E;
 }
 
 /// Starts a chain at `site`, classifying errors with their [`Classify`] impl.
@@ -121,32 +202,54 @@ impl<W> Chain<W> {
             when,
             scope: CallScope::new(*labels),
             reason: None,
+            keep: Forget,
+        }
+    }
+
+    /// The same chain, keeping failed attempts' errors with `keep`.
+    #[inline(always)]
+    pub fn keeping<K>(self, keep: K) -> Chain<W, K> {
+        let Chain {
+            attempts,
+            when,
+            scope,
+            reason,
+            keep: Forget,
+        } = self;
+        Chain {
+            attempts,
+            when,
+            scope,
+            reason,
+            keep,
         }
     }
 }
 
-impl Chain<ByClassify> {
+impl<K> Chain<ByClassify, K> {
     /// Runs one attempt, then either ends the chain with its result
     /// (`Break`) or pauses before the next attempt (`Continue`).
     #[inline]
-    pub fn attempt<Fut, T, E>(&mut self, attempt: Fut) -> Attempt<'_, Fut, ByClassify>
+    pub fn attempt<Fut, T, E>(&mut self, attempt: Fut) -> Attempt<'_, Fut, ByClassify, K>
     where
         Fut: Future<Output = Result<T, E>>,
         E: Classify + FromRuntimeError,
+        K: Keep<E>,
     {
         Attempt::new(self, attempt)
     }
 }
 
-impl<W> Chain<Custom<W>> {
+impl<W, K> Chain<Custom<W>, K> {
     /// Like [`Chain::attempt`], with the site's own classifier.
     #[inline]
-    pub fn attempt<Fut, T, E, V>(&mut self, attempt: Fut) -> Attempt<'_, Fut, Custom<W>>
+    pub fn attempt<Fut, T, E, V>(&mut self, attempt: Fut) -> Attempt<'_, Fut, Custom<W>, K>
     where
         Fut: Future<Output = Result<T, E>>,
         E: FromRuntimeError,
         W: FnMut(&E) -> V,
         V: Into<Verdict>,
+        K: Keep<E>,
     {
         Attempt::new(self, attempt)
     }
@@ -183,10 +286,10 @@ where
         (self.0)(error).into()
     }
 
-    /// `Classify::reason`'s default: a retryable error is a network one.
+    /// `Classify::reason`'s default: a failure is a network one.
     #[inline]
     fn reason(&self, _: &E, verdict: Verdict) -> Option<Reason> {
-        verdict.is_retryable().then_some(Reason::Network)
+        (verdict.outcome() == Outcome::Failure).then_some(Reason::Network)
     }
 }
 
@@ -207,8 +310,8 @@ pin_project! {
     /// the budget. A hand-written future, because the success path is what
     /// every call pays for.
     #[must_use = "an attempt does nothing unless `.await`ed"]
-    pub struct Attempt<'a, Fut, W> {
-        chain: &'a mut Chain<W>,
+    pub struct Attempt<'a, Fut, W, K> {
+        chain: &'a mut Chain<W, K>,
         stage: Stage,
         #[pin]
         fut: Option<Fut>,
@@ -217,7 +320,7 @@ pin_project! {
     }
 }
 
-impl<Fut, W> std::fmt::Debug for Attempt<'_, Fut, W> {
+impl<Fut, W, K> std::fmt::Debug for Attempt<'_, Fut, W, K> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Attempt")
             .field("attempt", &self.chain.attempts.attempt())
@@ -226,9 +329,9 @@ impl<Fut, W> std::fmt::Debug for Attempt<'_, Fut, W> {
     }
 }
 
-impl<'a, Fut, W> Attempt<'a, Fut, W> {
+impl<'a, Fut, W, K> Attempt<'a, Fut, W, K> {
     #[inline]
-    fn new(chain: &'a mut Chain<W>, fut: Fut) -> Self {
+    fn new(chain: &'a mut Chain<W, K>, fut: Fut) -> Self {
         Attempt {
             chain,
             stage: Stage::Start,
@@ -238,11 +341,12 @@ impl<'a, Fut, W> Attempt<'a, Fut, W> {
     }
 }
 
-impl<Fut, T, E, W> Future for Attempt<'_, Fut, W>
+impl<Fut, T, E, W, K> Future for Attempt<'_, Fut, W, K>
 where
     Fut: Future<Output = Result<T, E>>,
     E: FromRuntimeError,
     W: Judge<E>,
+    K: Keep<E>,
 {
     type Output = ControlFlow<Result<T, E>>;
 
@@ -269,11 +373,12 @@ where
     }
 }
 
-impl<Fut, T, E, W> Attempt<'_, Fut, W>
+impl<Fut, T, E, W, K> Attempt<'_, Fut, W, K>
 where
     Fut: Future<Output = Result<T, E>>,
     E: FromRuntimeError,
     W: Judge<E>,
+    K: Keep<E>,
 {
     /// Any poll, inside the call's span (for a call nothing listens to,
     /// entering it is one test).
@@ -360,10 +465,11 @@ where
     }
 }
 
-impl<W> Chain<W> {
+impl<W, K> Chain<W, K> {
     fn deadline_passed<E: FromRuntimeError>(&mut self) -> E {
-        self.reason = Error::DeadlineExceeded.reason();
-        let error = E::from(Error::DeadlineExceeded);
+        let error = self.attempts.deadline_passed(None);
+        self.reason = error.reason();
+        let error = E::from(error);
         self.notify(&Event::GaveUp {
             attempt: self.attempts.attempt(),
             error: &error,
@@ -393,7 +499,10 @@ impl<W> Chain<W> {
         &mut self,
         error: E,
         verdict: Verdict,
-    ) -> ControlFlow<Result<T, E>, Instant> {
+    ) -> ControlFlow<Result<T, E>, Instant>
+    where
+        K: Keep<E>,
+    {
         match self.attempts.failed(verdict) {
             Next::Retry { delay, until } => {
                 self.notify(&Event::Retry {
@@ -402,13 +511,22 @@ impl<W> Chain<W> {
                     error: &error,
                     verdict,
                 });
+                let kept = self.keep.keep(error);
+                self.attempts.keep(kept);
                 ControlFlow::Continue(until)
             }
             Next::GiveUp(GiveUp::Deadline) => {
-                // The hook sees the real error; the caller learns why we stopped.
-                let _ = self.give_up::<T, E>(error, GiveUp::Deadline);
-                self.reason = Error::DeadlineExceeded.reason();
-                ControlFlow::Break(Err(E::from(Error::DeadlineExceeded)))
+                // The hook sees the real error; the caller learns why we
+                // stopped, with that error as the cause.
+                self.notify(&Event::GaveUp {
+                    attempt: self.attempts.attempt(),
+                    error: &error,
+                    reason: GiveUp::Deadline,
+                });
+                let kept = self.keep.keep(error);
+                let error = self.attempts.deadline_passed(kept);
+                self.reason = error.reason();
+                ControlFlow::Break(Err(E::from(error)))
             }
             Next::GiveUp(reason) => ControlFlow::Break(self.give_up(error, reason)),
         }
@@ -524,44 +642,49 @@ fn rejected_call(down: DependencyDown) {
 
 /// What a call with a fallback came to.
 #[derive(Debug)]
-pub enum Outcome<R> {
+pub enum Answer<R> {
     /// The call ran and its result stands.
     Done(R),
-    /// The breaker rejected the call, or it failed with a transient error
-    /// (after its retries, if any): the fallback answers.
+    /// The breaker rejected the call, or the call failed (after its
+    /// retries, if any): the fallback answers.
     Fallback,
 }
 
-/// Like [`settle`], for a site with a fallback: a transient error (what is
-/// left after the retries) hands the call to the fallback, logged at WARN
-/// and counted.
+/// Like [`settle`], for a site with a fallback: a failure (what is left
+/// after the retries, a hung dependency whose time ran out included) hands
+/// the call to the fallback, logged at WARN and counted. The breaker
+/// counts the same outcome.
 pub fn settle_or_fallback<T, E>(
     site: &'static BreakerSite,
     permit: Permit<'static>,
     result: Result<T, E>,
-) -> Outcome<Result<T, E>>
+) -> Answer<Result<T, E>>
 where
     E: Classify + FromRuntimeError,
 {
-    permit.record(&result);
+    let outcome = match &result {
+        Ok(_) => Outcome::Success,
+        Err(error) => error.outcome(),
+    };
+    permit.settle(outcome);
     match &result {
-        Err(error) if error.classify().is_retryable() => {
+        Err(error) if outcome == Outcome::Failure => {
             site.fallbacks.fetch_add(1, Ordering::Relaxed);
             tracing::warn!(
                 breaker = site.name,
                 reason = error.reason().map_or("unknown", |reason| reason.as_str()),
-                "call failed with a transient error: the fallback answers"
+                "call failed: the fallback answers"
             );
             telemetry::fallback(Labels::of(site.name), Fallback::Function);
-            Outcome::Fallback
+            Answer::Fallback
         }
-        _ => Outcome::Done(result),
+        _ => Answer::Done(result),
     }
 }
 
 /// A call the breaker rejected, at a site with a fallback: the fallback
 /// answers, logged at WARN and counted.
-pub fn rejected<R>(site: &'static BreakerSite, down: DependencyDown) -> Outcome<R> {
+pub fn rejected<R>(site: &'static BreakerSite, down: DependencyDown) -> Answer<R> {
     rejected_call(down);
     site.fallbacks.fetch_add(1, Ordering::Relaxed);
     tracing::warn!(
@@ -570,7 +693,7 @@ pub fn rejected<R>(site: &'static BreakerSite, down: DependencyDown) -> Outcome<
         "dependency down: the fallback answers"
     );
     telemetry::fallback(Labels::of(site.name), Fallback::Function);
-    Outcome::Fallback
+    Answer::Fallback
 }
 
 /// The error type of a protected fn must carry the runtime's own errors: a
@@ -720,8 +843,9 @@ mod tests {
                 &SHORT,
                 &[Slow(3, 200)],
                 None,
-                Err(Failure::Runtime(Error::BudgetExhausted(
+                Err(Failure::Runtime(Error::budget_exhausted(
                     Duration::from_secs(2),
+                    1,
                 ))),
                 1,
             ),
@@ -729,14 +853,14 @@ mod tests {
                 &HTTP,
                 &[Status(503); 3],
                 Some(50),
-                Err(Failure::Runtime(Error::DeadlineExceeded)),
+                Err(Failure::Runtime(Error::deadline_exceeded(1))),
                 1,
             ),
             (
                 &HTTP,
                 &[Hang],
                 Some(0),
-                Err(Failure::Runtime(Error::DeadlineExceeded)),
+                Err(Failure::Runtime(Error::deadline_exceeded(0))),
                 0,
             ),
         ];
@@ -767,7 +891,7 @@ mod tests {
             by_chain(&TIMEOUT, &[Step::Hang]),
         )
         .await;
-        assert_eq!(result, Err(Failure::Runtime(Error::DeadlineExceeded)));
+        assert_eq!(result, Err(Failure::Runtime(Error::deadline_exceeded(1))));
         assert_eq!((calls, start.elapsed()), (1, Duration::from_millis(500)));
     }
 }

@@ -165,7 +165,9 @@ async fn the_caller_deadline_stops_the_chain() {
         resilience::deadline::with_timeout(Duration::from_millis(50), client.get_user(1)).await;
     assert_eq!(
         result,
-        Err(ClientError::Resilience(resilience::Error::DeadlineExceeded))
+        Err(ClientError::Resilience(
+            resilience::Error::deadline_exceeded(1)
+        ))
     );
     assert_eq!(client.script.calls(), 1);
 }

@@ -110,6 +110,22 @@ pub(crate) fn expand(plan: Plan<'_>) -> TokenStream {
                 }
                 None => quote!(::resilience::__private::retry(&__RESILIENCE_RETRY)),
             };
+            // An error type that is a `std::error::Error + Send + Sync +
+            // 'static` is kept by the chain as the cause of the runtime
+            // error that may end it, chosen by autoref at this site.
+            let keep = if result.nameable {
+                quote! {{
+                    #[allow(unused_imports)]
+                    use ::resilience::__private::{ProbeAny as _, ProbeError as _};
+                    (&&::resilience::__private::Probe::<
+                        <#ret as ::resilience::__private::ResultError>::Error,
+                    >::NEW)
+                        .keeper()
+                }}
+            } else {
+                quote!(::resilience::__private::Forget)
+            };
+            let chain = quote!(#chain.keeping(#keep));
             // Trait errors on the error type (not `Classify`, not
             // `From<resilience::Error>`) point at the user's `E`.
             let run = quote_spanned! {error_span=>
@@ -165,8 +181,8 @@ pub(crate) fn expand(plan: Plan<'_>) -> TokenStream {
                         }
                     };
                     match __resilience_outcome {
-                        ::resilience::__private::Outcome::Done(__resilience_result) => __resilience_result,
-                        ::resilience::__private::Outcome::Fallback => #fallback(#(#forward),*).await,
+                        ::resilience::__private::Answer::Done(__resilience_result) => __resilience_result,
+                        ::resilience::__private::Answer::Fallback => #fallback(#(#forward),*).await,
                     }
                 }
             }

@@ -2,6 +2,7 @@
 
 use std::borrow::Cow;
 use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// An error produced by the runtime rather than by the operation it runs.
@@ -30,19 +31,188 @@ pub enum Error {
     AttemptTimeout(Duration),
     /// The caller's deadline (see [`deadline`](crate::deadline)) passed.
     ///
-    /// Permanent: no later attempt could finish in time.
-    #[error("the caller's deadline passed")]
-    DeadlineExceeded,
+    /// Not retried: no later attempt could finish in time. With an attempt
+    /// made it is a failure of the dependency ([`Verdict::Fatal`]); before
+    /// any attempt it says nothing about it ([`Verdict::Ignored`]).
+    ///
+    /// [`Verdict::Fatal`]: crate::Verdict::Fatal
+    /// [`Verdict::Ignored`]: crate::Verdict::Ignored
+    #[error("the caller's deadline passed {}{}", after(*attempts), cause_suffix(last))]
+    #[non_exhaustive]
+    DeadlineExceeded {
+        /// Attempts made, the one cut in flight included.
+        attempts: u32,
+        /// Why the attempt before the deadline failed, when one did and its
+        /// error type could be kept (see [`Cause`]); also the error's
+        /// `source()`.
+        #[source]
+        last: Option<Cause>,
+    },
     /// The retry chain's `max_elapsed` budget ran out while an attempt was
     /// still in flight; the attempt was dropped.
     ///
-    /// Permanent: the budget of the whole chain is spent.
-    #[error("the retry budget of {0:?} ran out with an attempt in flight")]
-    BudgetExhausted(Duration),
+    /// Not retried, and a failure of the dependency
+    /// ([`Verdict::Fatal`](crate::Verdict::Fatal)): a hung dependency.
+    #[error(
+        "the retry budget of {budget:?} ran out with attempt {attempts} in flight{}",
+        cause_suffix(last)
+    )]
+    #[non_exhaustive]
+    BudgetExhausted {
+        /// The policy's `max_elapsed`.
+        budget: Duration,
+        /// Attempts made, the one cut in flight included.
+        attempts: u32,
+        /// Why the attempt before the one cut failed (see
+        /// [`DeadlineExceeded`](Self::DeadlineExceeded)).
+        #[source]
+        last: Option<Cause>,
+    },
     /// A circuit breaker rejected the call without running it.
     #[error(transparent)]
     DependencyDown(#[from] DependencyDown),
 }
+
+fn after(attempts: u32) -> String {
+    match attempts {
+        0 => "before any attempt".to_owned(),
+        1 => "with attempt 1 in flight".to_owned(),
+        n => format!("after {n} attempts"),
+    }
+}
+
+fn cause_suffix(last: &Option<Cause>) -> String {
+    match last {
+        Some(cause) => format!("; the last attempt failed: {cause}"),
+        None => String::new(),
+    }
+}
+
+impl Error {
+    /// [`Error::DeadlineExceeded`] after `attempts` attempts, without a
+    /// cause: 0 when the deadline had passed before the first one.
+    ///
+    /// ```
+    /// use resilience_runtime::{Classify, Error, Verdict};
+    ///
+    /// assert_eq!(Error::deadline_exceeded(0).classify(), Verdict::Ignored);
+    /// assert_eq!(
+    ///     Error::deadline_exceeded(0).to_string(),
+    ///     "the caller's deadline passed before any attempt",
+    /// );
+    /// ```
+    pub const fn deadline_exceeded(attempts: u32) -> Self {
+        Error::DeadlineExceeded {
+            attempts,
+            last: None,
+        }
+    }
+
+    /// [`Error::BudgetExhausted`] of a `budget` spent with attempt
+    /// `attempts` in flight, without a cause.
+    ///
+    /// ```
+    /// use resilience_runtime::Error;
+    /// use std::time::Duration;
+    ///
+    /// assert_eq!(
+    ///     Error::budget_exhausted(Duration::from_secs(5), 2).to_string(),
+    ///     "the retry budget of 5s ran out with attempt 2 in flight",
+    /// );
+    /// ```
+    pub const fn budget_exhausted(budget: Duration, attempts: u32) -> Self {
+        Error::BudgetExhausted {
+            budget,
+            attempts,
+            last: None,
+        }
+    }
+
+    /// The same error, with `cause` as the last attempt's error: kept by
+    /// [`DeadlineExceeded`](Self::DeadlineExceeded) and
+    /// [`BudgetExhausted`](Self::BudgetExhausted), ignored by the others.
+    #[must_use]
+    pub fn with_last(mut self, cause: Option<Cause>) -> Self {
+        if let Error::DeadlineExceeded { last, .. } | Error::BudgetExhausted { last, .. } =
+            &mut self
+        {
+            *last = cause;
+        }
+        self
+    }
+
+    /// The last attempt's error, for a chain cut by its budget or the
+    /// caller's deadline after an attempt that failed.
+    pub fn last(&self) -> Option<&Cause> {
+        match self {
+            Error::DeadlineExceeded { last, .. } | Error::BudgetExhausted { last, .. } => {
+                last.as_ref()
+            }
+            _ => None,
+        }
+    }
+}
+
+/// The error of an earlier attempt, kept by a chain that then ran out of
+/// time, so that the caller learns what the dependency answered before it
+/// hung: the [`Error`]'s `source()` and the end of its `Display`.
+///
+/// A chain keeps one when the error type is a
+/// `std::error::Error + Send + Sync + 'static`: always with the
+/// attributes, with [`Retry::keep_last_error`](crate::retry::Retry::keep_last_error)
+/// by hand. Two causes are equal when they print the same.
+///
+/// ```
+/// use resilience_runtime::{Cause, Error};
+/// use std::error::Error as _;
+/// use std::time::Duration;
+///
+/// let refused = std::io::Error::from(std::io::ErrorKind::ConnectionRefused);
+/// let err = Error::budget_exhausted(Duration::from_secs(5), 3).with_last(Some(Cause::new(refused)));
+/// assert!(err.to_string().ends_with("; the last attempt failed: connection refused"));
+/// let source = err.source().unwrap().downcast_ref::<Cause>().unwrap();
+/// assert!(source.get().downcast_ref::<std::io::Error>().is_some());
+/// ```
+#[derive(Clone)]
+pub struct Cause(Arc<dyn std::error::Error + Send + Sync + 'static>);
+
+impl Cause {
+    /// Keeps `error`.
+    pub fn new(error: impl std::error::Error + Send + Sync + 'static) -> Self {
+        Self(Arc::new(error))
+    }
+
+    /// The error kept, to `downcast_ref` to its own type.
+    pub fn get(&self) -> &(dyn std::error::Error + Send + Sync + 'static) {
+        &*self.0
+    }
+}
+
+impl fmt::Debug for Cause {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&*self.0, f)
+    }
+}
+
+impl fmt::Display for Cause {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(&*self.0, f)
+    }
+}
+
+impl std::error::Error for Cause {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.0.source()
+    }
+}
+
+impl PartialEq for Cause {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.0, &other.0) || self.to_string() == other.to_string()
+    }
+}
+
+impl Eq for Cause {}
 
 /// A call rejected by a circuit breaker: the dependency is considered down.
 ///
@@ -77,9 +247,9 @@ impl DependencyDown {
 impl From<Error> for std::io::Error {
     fn from(err: Error) -> Self {
         let kind = match err {
-            Error::AttemptTimeout(_) | Error::BudgetExhausted(_) | Error::DeadlineExceeded => {
-                std::io::ErrorKind::TimedOut
-            }
+            Error::AttemptTimeout(_)
+            | Error::BudgetExhausted { .. }
+            | Error::DeadlineExceeded { .. } => std::io::ErrorKind::TimedOut,
             Error::DependencyDown(_) => std::io::ErrorKind::ConnectionRefused,
         };
         std::io::Error::new(kind, err)

@@ -28,10 +28,10 @@ pub mod retry;
 pub mod telemetry;
 
 pub use breaker::{BreakerConfig, CircuitBreaker};
-pub use error::{ConfigError, DependencyDown, Error};
+pub use error::{Cause, ConfigError, DependencyDown, Error};
 pub use idempotency::IdempotencyKey;
 pub use registry::Registry;
-pub use retry::{Classify, Policy, Verdict};
+pub use retry::{Classify, Outcome, Policy, Verdict};
 
 /// `duration` in nanoseconds, saturating past `u64::MAX` (584 years): the
 /// compact form the breaker's clock and the retry policy keep durations in.

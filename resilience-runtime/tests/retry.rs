@@ -205,7 +205,10 @@ async fn a_deadline_shorter_than_the_schedule_stops_early_with_a_deadline_error(
             .await
     })
     .await;
-    assert_eq!(result, Err(ClientError::Runtime(Error::DeadlineExceeded)));
+    assert_eq!(
+        result,
+        Err(ClientError::Runtime(Error::deadline_exceeded(2)))
+    );
     // Pauses of ~100 and ~200 ms: the second pause would cross the deadline.
     assert_eq!(script.calls().len(), 2);
     assert!(
@@ -223,7 +226,10 @@ async fn a_passed_deadline_starts_no_attempt() {
         Policy::http().retry(|| script.clone().call_owned()).await
     })
     .await;
-    assert_eq!(result, Err(ClientError::Runtime(Error::DeadlineExceeded)));
+    assert_eq!(
+        result,
+        Err(ClientError::Runtime(Error::deadline_exceeded(0)))
+    );
     assert!(script.calls().is_empty());
 }
 
@@ -240,7 +246,10 @@ async fn the_deadline_cuts_the_attempt_in_flight() {
                 .await
         })
         .await;
-    assert_eq!(result, Err(ClientError::Runtime(Error::DeadlineExceeded)));
+    assert_eq!(
+        result,
+        Err(ClientError::Runtime(Error::deadline_exceeded(1)))
+    );
     assert_eq!(start.elapsed(), Duration::from_millis(300));
 }
 
@@ -291,7 +300,10 @@ async fn the_attempt_timeout_is_capped_by_the_time_left_before_the_deadline() {
                 .await
         })
         .await;
-    assert_eq!(result, Err(ClientError::Runtime(Error::DeadlineExceeded)));
+    assert_eq!(
+        result,
+        Err(ClientError::Runtime(Error::deadline_exceeded(2)))
+    );
     assert_eq!(start.elapsed(), Duration::from_millis(700));
 }
 
@@ -314,8 +326,9 @@ async fn max_elapsed_bounds_slow_attempts_too() {
         .await;
     assert_eq!(
         result,
-        Err(ClientError::Runtime(Error::BudgetExhausted(
-            Duration::from_secs(5)
+        Err(ClientError::Runtime(Error::budget_exhausted(
+            Duration::from_secs(5),
+            3
         )))
     );
     assert_eq!(start.elapsed(), Duration::from_secs(5));

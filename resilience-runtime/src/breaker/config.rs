@@ -72,6 +72,7 @@ pub struct BreakerConfig {
     cooldown: Duration,
     half_open: u32,
     slow_call: Option<SlowCall>,
+    probe_timeout: Duration,
 }
 
 impl Default for BreakerConfig {
@@ -94,6 +95,7 @@ impl BreakerConfig {
             cooldown: Duration::from_secs(30),
             half_open: 1,
             slow_call: None,
+            probe_timeout: Duration::from_secs(5),
         }
     }
 
@@ -149,6 +151,20 @@ impl BreakerConfig {
         self
     }
 
+    /// How long a half-open probe may run before it is cut and counted as
+    /// a failure (`probe_timeout`), so that a probe that hangs re-opens the
+    /// breaker instead of holding it half-open.
+    ///
+    /// It applies to [`CircuitBreaker::call`](super::CircuitBreaker::call)
+    /// (and so to `#[circuit_breaker]` without `#[retry]`); with `#[retry]`
+    /// inside, the chain's `max_elapsed` bounds the probe as it bounds
+    /// every call. The default, 5 s, is the guide's retry budget for one
+    /// downstream call.
+    pub const fn with_probe_timeout(mut self, timeout: Duration) -> Self {
+        self.probe_timeout = timeout;
+        self
+    }
+
     /// Counts calls taking `threshold` or longer as slow, and trips when
     /// slow calls reach `ratio` of the window (`slow_call`, `slow_ratio`).
     pub const fn with_slow_call(mut self, threshold: Duration, ratio: f64) -> Self {
@@ -190,6 +206,11 @@ impl BreakerConfig {
     /// The slow-call rule, if any.
     pub const fn slow_call(&self) -> Option<SlowCall> {
         self.slow_call
+    }
+
+    /// How long a half-open probe may run.
+    pub const fn probe_timeout(&self) -> Duration {
+        self.probe_timeout
     }
 
     /// Checks every value; the error names the field (as written in the
@@ -241,6 +262,14 @@ impl BreakerConfig {
                 "cooldown",
                 format!("{:?}", self.cooldown),
                 "an open breaker needs a cooldown of at least 1ms before it probes; the default is 30s",
+            ));
+        }
+        if self.probe_timeout < Duration::from_millis(1) {
+            return Err(ConfigError::new(
+                WHAT,
+                "probe_timeout",
+                format!("{:?}", self.probe_timeout),
+                "a probe needs at least 1ms to answer; the default is 5s",
             ));
         }
         if self.half_open == 0 {
@@ -296,6 +325,7 @@ mod tests {
         assert_eq!(d.window(), Window::Time(Duration::from_secs(60)));
         assert_eq!(d.cooldown(), Duration::from_secs(30));
         assert_eq!(d.half_open(), 1);
+        assert_eq!(d.probe_timeout(), Duration::from_secs(5));
         assert_eq!(d.slow_call(), None);
         assert_eq!(
             (
@@ -349,6 +379,11 @@ mod tests {
                 "0ns",
             ),
             (BreakerConfig::new().with_half_open(0), "half_open", "0"),
+            (
+                BreakerConfig::new().with_probe_timeout(Duration::ZERO),
+                "probe_timeout",
+                "0ns",
+            ),
             (
                 BreakerConfig::new().with_slow_call(Duration::ZERO, 0.5),
                 "slow_call",

@@ -48,13 +48,25 @@
 //!
 //! # What counts as a failure
 //!
-//! The same classification as retry ([`Classify`], or a
-//! [`When`] predicate given to [`CircuitBreaker::call_with`]): a transient
-//! error counts against the dependency, a permanent one (a `404`, a
-//! unique violation) counts as a success, since it says nothing about the
-//! dependency's health. One `call` is one logical call, however many
-//! attempts the retry chain inside it makes (SPEC §5: caller → breaker →
-//! retry → transport).
+//! The same classification as retry, read as an [`Outcome`]
+//! ([`Classify::outcome`], or a [`When`] predicate given to
+//! [`CircuitBreaker::call_with`]):
+//!
+//! - **failure**: a transient error that outlived the retries, a timed-out
+//!   attempt, a chain whose budget or whose caller's deadline ran out with
+//!   an attempt in flight, a probe cut by its `probe_timeout`, a slow call
+//!   under the slow-call rule. A dependency that hangs opens the breaker.
+//! - **success**: an answer, including a permanent business error (a
+//!   `404`, a unique violation): the dependency is up.
+//! - **ignored**, not counted at all: a call the caller cancelled (its
+//!   future dropped), a call whose deadline had passed before it started.
+//!
+//! One `call` is one logical call, however many attempts the retry chain
+//! inside it makes (caller → breaker → retry → transport). A call is cut
+//! by the caller's [`deadline`](crate::deadline) even without a retry
+//! chain inside, and a half-open probe by its
+//! [`probe_timeout`](BreakerConfig::with_probe_timeout): both count as
+//! failures.
 //!
 //! # Cost
 //!
@@ -80,11 +92,11 @@ mod loom_tests;
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
-use std::task::{Context, Poll};
+use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
 use pin_project_lite::pin_project;
-use tokio::time::Instant;
+use tokio::time::{Instant, Sleep};
 
 pub use config::{BreakerConfig, SlowCall, Window};
 pub use state::State;
@@ -94,9 +106,10 @@ use self::state::{
 };
 use self::sync::{Arc, AtomicU64, Ordering::*, RwLock};
 use self::window::{Counts, SlidingWindow};
+use crate::deadline;
 use crate::duration_nanos;
 use crate::error::{ConfigError, DependencyDown, Error};
-use crate::retry::{ByClassify, Classify, When};
+use crate::retry::{ByClassify, Classify, Outcome, When};
 use crate::telemetry::{self, Labels};
 
 type Hook = Box<dyn Fn(&'static str, State, State) + Send + Sync>;
@@ -210,7 +223,7 @@ impl Admission {
 /// What became of a call; every one passes through
 /// [`CircuitBreaker::on_outcome`].
 #[derive(Debug, Clone, Copy)]
-enum Outcome {
+enum Fate {
     /// The call completed: `failed` when its error was classified as the
     /// dependency's fault, `slow` when the slow-call rule applies.
     Done {
@@ -290,8 +303,12 @@ impl CircuitBreaker {
     /// `E::from(Error::DependencyDown(..))`: `fut` is then dropped without
     /// being polled.
     ///
-    /// The outcome is classified by `E`'s [`Classify`] impl: a permanent
-    /// error counts as a success. Dropping the returned future before it
+    /// The outcome is `E`'s [`Classify::outcome`]: a permanent error counts
+    /// as a success. The call is cut, and counted as a failure, when the
+    /// caller's [`deadline`](crate::deadline) passes
+    /// ([`Error::DeadlineExceeded`]) or, for a half-open probe, when its
+    /// [`probe_timeout`](BreakerConfig::with_probe_timeout) does
+    /// ([`Error::AttemptTimeout`]). Dropping the returned future before it
     /// completes counts nothing and frees the probe slot it may hold.
     pub fn call<Fut, T, E>(&self, fut: Fut) -> Call<'_, Fut, ByClassify>
     where
@@ -302,8 +319,10 @@ impl CircuitBreaker {
     }
 
     /// Like [`call`](Self::call), classifying errors with `when` (a
-    /// [`When`] impl, e.g. a closure returning a [`Verdict`](crate::retry::Verdict)
-    /// or a `bool`, `true` meaning "the dependency failed").
+    /// [`When`] impl, e.g. a closure returning a [`Verdict`](crate::retry::Verdict),
+    /// read through [`Verdict::outcome`](crate::retry::Verdict::outcome), or
+    /// a `bool`, `true` meaning "the dependency failed"): the per-breaker
+    /// override of what counts as a failure.
     pub fn call_with<Fut, T, E, W>(&self, fut: Fut, when: W) -> Call<'_, Fut, W>
     where
         Fut: Future<Output = Result<T, E>>,
@@ -318,6 +337,7 @@ impl CircuitBreaker {
             },
             when,
             fut,
+            cut: None,
         }
     }
 
@@ -389,34 +409,34 @@ impl CircuitBreaker {
 
     #[inline]
     fn reject(&self, word: Word) -> DependencyDown {
-        self.on_outcome(Outcome::Rejected);
+        self.on_outcome(Fate::Rejected);
         DependencyDown::new(self.inner.name, word.rejection())
     }
 
     /// Every outcome of every call passes here, rejections included.
     #[inline(always)]
-    fn on_outcome(&self, outcome: Outcome) {
+    fn on_outcome(&self, outcome: Fate) {
         match outcome {
-            Outcome::Done {
+            Fate::Done {
                 admission: Admission::Closed,
                 failed: false,
                 slow: false,
             } => self.inner.window.add_success(),
-            Outcome::Done {
+            Fate::Done {
                 admission: Admission::Closed,
                 failed,
                 slow,
             } => self.inner.record_closed(failed, slow),
-            Outcome::Done {
+            Fate::Done {
                 admission: Admission::Probe(generation),
                 failed,
                 slow,
             } => self.inner.settle_probe(generation, Some(!failed && !slow)),
-            Outcome::Cancelled(Admission::Probe(generation)) => {
+            Fate::Cancelled(Admission::Probe(generation)) => {
                 self.inner.settle_probe(generation, None)
             }
-            Outcome::Rejected => telemetry::breaker_rejected(self.inner.labels),
-            Outcome::Cancelled(Admission::Closed) => {}
+            Fate::Rejected => telemetry::breaker_rejected(self.inner.labels),
+            Fate::Cancelled(Admission::Closed) => {}
         }
     }
 
@@ -717,7 +737,8 @@ pub struct Permit<'a> {
 }
 
 impl Permit<'_> {
-    /// The call succeeded (or failed with a permanent error).
+    /// The call succeeded (or failed with a permanent error: the
+    /// dependency answered).
     #[inline]
     pub fn success(self) {
         self.finish(false);
@@ -729,11 +750,37 @@ impl Permit<'_> {
         self.finish(true);
     }
 
-    /// Records `result`, classified by the error's [`Classify`] impl.
+    /// Records `outcome`: [`Outcome::Ignored`] counts nothing, like a
+    /// permit dropped unrecorded.
+    ///
+    /// ```
+    /// use resilience_runtime::breaker::{BreakerConfig, CircuitBreaker};
+    /// use resilience_runtime::Outcome;
+    ///
+    /// let breaker = CircuitBreaker::new("ledger", BreakerConfig::new())?;
+    /// breaker.try_acquire()?.settle(Outcome::Failure);
+    /// breaker.try_acquire()?.settle(Outcome::Ignored);
+    /// assert_eq!((breaker.snapshot().calls, breaker.snapshot().failures), (1, 1));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    #[inline]
+    pub fn settle(self, outcome: Outcome) {
+        match outcome {
+            Outcome::Success => self.finish(false),
+            Outcome::Failure => self.finish(true),
+            Outcome::Ignored => drop(self),
+        }
+    }
+
+    /// Records `result`, through the error's [`Classify::outcome`]: a
+    /// transient or fatal error (a hung dependency whose time ran out) is
+    /// a failure, a permanent one a success, an ignored one nothing.
     #[inline]
     pub fn record<T, E: Classify>(self, result: &Result<T, E>) {
-        let failed = matches!(result, Err(error) if error.classify().is_retryable());
-        self.finish(failed);
+        match result {
+            Ok(_) => self.finish(false),
+            Err(error) => self.settle(error.outcome()),
+        }
     }
 
     /// Asks the breaker; an idle permit becomes a live one, or a rejection.
@@ -766,9 +813,17 @@ impl Permit<'_> {
     }
 
     #[inline]
-    fn settle(&mut self, failed: bool) {
+    fn settle_in_place(&mut self, failed: bool) {
         let packed = std::mem::replace(&mut self.admission, TAKEN);
         settle(self.breaker, packed, self.started, failed);
+    }
+
+    /// Counts nothing and frees a probe slot, as a drop does.
+    fn ignore_in_place(&mut self) {
+        let packed = std::mem::replace(&mut self.admission, TAKEN);
+        if let Some(admission) = Admission::unpack(packed) {
+            self.breaker.on_outcome(Fate::Cancelled(admission));
+        }
     }
 }
 
@@ -795,7 +850,7 @@ fn settle_rest(breaker: &CircuitBreaker, packed: u64, started: u64, failed: bool
         }
         _ => false,
     };
-    breaker.on_outcome(Outcome::Done {
+    breaker.on_outcome(Fate::Done {
         admission,
         failed,
         slow,
@@ -806,7 +861,7 @@ impl Drop for Permit<'_> {
     #[inline]
     fn drop(&mut self) {
         if let Some(admission) = Admission::unpack(self.admission) {
-            self.breaker.on_outcome(Outcome::Cancelled(admission));
+            self.breaker.on_outcome(Fate::Cancelled(admission));
         }
     }
 }
@@ -837,6 +892,45 @@ pin_project! {
         when: W,
         #[pin]
         fut: Fut,
+        // Armed when the call is first pending under the caller's deadline
+        // or as a half-open probe: a call that completes at once reads no
+        // clock.
+        #[pin]
+        cut: Option<Cut>,
+    }
+}
+
+pin_project! {
+    /// What cuts a pending call: the caller's deadline or the probe
+    /// timeout, whichever comes first.
+    struct Cut {
+        #[pin]
+        sleep: Sleep,
+        by_deadline: bool,
+    }
+}
+
+impl Cut {
+    /// The cut of a call admitted as `admission`, if it has one.
+    fn of(config: &BreakerConfig, admission: u64) -> Option<Self> {
+        let deadline = deadline::current();
+        let probe = Admission::unpack(admission)
+            .is_some_and(|admission| matches!(admission, Admission::Probe(_)));
+        let (until, by_deadline) = match (deadline, probe) {
+            (None, false) => return None,
+            (Some(deadline), false) => (deadline, true),
+            (deadline, true) => {
+                let probe_end = Instant::now() + config.probe_timeout();
+                match deadline {
+                    Some(deadline) if deadline <= probe_end => (deadline, true),
+                    _ => (probe_end, false),
+                }
+            }
+        };
+        Some(Cut {
+            sleep: tokio::time::sleep_until(until),
+            by_deadline,
+        })
     }
 }
 
@@ -862,15 +956,49 @@ where
         }
         let result = match this.fut.poll(cx) {
             Poll::Ready(result) => result,
-            Poll::Pending => return Poll::Pending,
+            Poll::Pending => return poll_cut(this.permit, this.cut, cx),
         };
-        let failed = match &result {
-            Ok(_) => false,
-            Err(error) => this.when.when(error).is_retryable(),
-        };
-        this.permit.settle(failed);
+        match &result {
+            Ok(_) => this.permit.settle_in_place(false),
+            Err(error) => match this.when.outcome(error) {
+                Outcome::Success => this.permit.settle_in_place(false),
+                Outcome::Failure => this.permit.settle_in_place(true),
+                // Counts nothing, like a cancelled call.
+                Outcome::Ignored => this.permit.ignore_in_place(),
+            },
+        }
         Poll::Ready(result)
     }
+}
+
+/// A pending call: arms its cut at the first pending poll, and ends it as
+/// a failure when the cut fires (the call in flight is dropped with the
+/// `Call`). Out of line: no healthy call is pending long.
+#[inline(never)]
+fn poll_cut<T, E: From<Error>>(
+    permit: &mut Permit<'_>,
+    mut cut: Pin<&mut Option<Cut>>,
+    cx: &mut Context<'_>,
+) -> Poll<Result<T, E>> {
+    if cut.is_none() {
+        match Cut::of(&permit.breaker.inner.config, permit.admission) {
+            Some(armed) => cut.set(Some(armed)),
+            None => return Poll::Pending,
+        }
+    }
+    let Some(armed) = cut.as_mut().as_pin_mut() else {
+        return Poll::Pending;
+    };
+    let armed = armed.project();
+    ready!(armed.sleep.poll(cx));
+    let error = if *armed.by_deadline {
+        Error::deadline_exceeded(1)
+    } else {
+        Error::AttemptTimeout(permit.breaker.inner.config.probe_timeout())
+    };
+    // A hung dependency: the call counts as failed.
+    permit.settle_in_place(true);
+    Poll::Ready(Err(E::from(error)))
 }
 
 impl<Fut, W> fmt::Debug for Call<'_, Fut, W> {

@@ -11,14 +11,15 @@ use crate::retry::{HttpStatus, Verdict};
 enum TestError {
     Status(u16),
     Down(&'static str, &'static str),
-    Runtime,
+    Runtime(Error),
 }
 
 impl Classify for TestError {
     fn classify(&self) -> Verdict {
         match self {
             TestError::Status(code) => HttpStatus(*code).classify(),
-            _ => Verdict::Permanent,
+            TestError::Runtime(err) => err.classify(),
+            TestError::Down(..) => Verdict::Ignored,
         }
     }
 }
@@ -27,7 +28,7 @@ impl From<Error> for TestError {
     fn from(err: Error) -> Self {
         match err {
             Error::DependencyDown(down) => TestError::Down(down.breaker(), down.state()),
-            _ => TestError::Runtime,
+            err => TestError::Runtime(err),
         }
     }
 }
@@ -132,9 +133,10 @@ async fn a_cancelled_probe_frees_its_slot() {
         let _ = fail(&b, &calls).await;
     }
     sleep(Duration::from_secs(1)).await;
-    // A probe that hangs, then is cancelled by a timeout.
+    // A probe that hangs, then is cancelled by the caller before its
+    // probe timeout: it counts for nothing.
     let hung = tokio::time::timeout(
-        Duration::from_secs(5),
+        Duration::from_secs(2),
         b.call(std::future::pending::<Result<(), TestError>>()),
     );
     assert!(hung.await.is_err());
@@ -142,6 +144,62 @@ async fn a_cancelled_probe_frees_its_slot() {
     assert_eq!(b.snapshot().probes_in_flight, 0);
     succeed(&b, &calls).await.unwrap();
     assert_eq!(b.state(), State::Closed);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_hung_probe_is_cut_by_its_probe_timeout_and_reopens_the_breaker() {
+    let b = breaker(
+        BreakerConfig::new()
+            .with_cooldown(Duration::from_secs(1))
+            .with_probe_timeout(Duration::from_millis(300)),
+    );
+    let calls = AtomicU32::new(0);
+    for _ in 0..20 {
+        let _ = fail(&b, &calls).await;
+    }
+    sleep(Duration::from_secs(1)).await;
+    let start = tokio::time::Instant::now();
+    let hung = b
+        .call(std::future::pending::<Result<(), TestError>>())
+        .await;
+    assert_eq!(
+        hung,
+        Err(TestError::Runtime(Error::AttemptTimeout(
+            Duration::from_millis(300)
+        )))
+    );
+    assert_eq!(start.elapsed(), Duration::from_millis(300));
+    assert_eq!(b.state(), State::Open);
+    assert_eq!(b.snapshot().probes_in_flight, 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_callers_deadline_cuts_a_call_and_counts_it_failed() {
+    let b = breaker(BreakerConfig::new().with_min_requests(2));
+    for _ in 0..2 {
+        let start = tokio::time::Instant::now();
+        let hung = deadline::with_timeout(
+            Duration::from_millis(100),
+            b.call(std::future::pending::<Result<(), TestError>>()),
+        )
+        .await;
+        assert_eq!(hung, Err(TestError::Runtime(Error::deadline_exceeded(1))));
+        assert_eq!(start.elapsed(), Duration::from_millis(100));
+    }
+    assert_eq!(b.state(), State::Open);
+    assert_eq!((b.snapshot().calls, b.snapshot().failures), (2, 2));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_call_whose_deadline_passed_before_it_started_counts_for_nothing() {
+    let b = breaker(BreakerConfig::new().with_min_requests(1));
+    let ignored = deadline::with_timeout(Duration::ZERO, async {
+        b.call(async { Err::<(), _>(TestError::Runtime(Error::deadline_exceeded(0))) })
+            .await
+    })
+    .await;
+    assert!(ignored.is_err());
+    assert_eq!((b.snapshot().calls, b.state()), (0, State::Closed));
 }
 
 #[tokio::test(start_paused = true)]

@@ -13,7 +13,7 @@ use std::future::Future;
 
 use super::{DefaultRng, GiveUp, Policy, Verdict};
 use crate::deadline;
-use crate::error::Error;
+use crate::error::{Cause, Error};
 
 /// What cuts an attempt in flight short.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -95,6 +95,9 @@ pub struct Attempts<R = DefaultRng, P = Policy> {
     previous_delay: Duration,
     attempt: u32,
     rng: R,
+    /// The last failed attempt's error, kept for the runtime error that may
+    /// end the chain later.
+    last: Option<Cause>,
 }
 
 impl Attempts {
@@ -124,6 +127,7 @@ impl<R, P: Borrow<Policy>> Attempts<R, P> {
             start: None,
             previous_delay: Duration::ZERO,
             rng,
+            last: None,
         }
     }
 
@@ -222,16 +226,36 @@ impl<R, P: Borrow<Policy>> Attempts<R, P> {
 
     /// A timer fired: the runtime error the attempt ends with, and whether
     /// the chain stops (`Some`) or the error is classified like any other
-    /// (`None`, a per-attempt timeout).
-    pub fn cut(&self, cut: Cut) -> (Error, Option<GiveUp>) {
+    /// (`None`, a per-attempt timeout). A chain that stops hands over the
+    /// error [kept](Self::keep) of the attempt before, as the error's cause.
+    pub fn cut(&mut self, cut: Cut) -> (Error, Option<GiveUp>) {
         match cut {
             Cut::AttemptTimeout(timeout) => (Error::AttemptTimeout(timeout), None),
-            Cut::Deadline => (Error::DeadlineExceeded, Some(GiveUp::Deadline)),
+            Cut::Deadline => (
+                Error::deadline_exceeded(self.attempt).with_last(self.last.take()),
+                Some(GiveUp::Deadline),
+            ),
             Cut::Budget => (
-                Error::BudgetExhausted(self.policy().max_elapsed()),
+                Error::budget_exhausted(self.policy().max_elapsed(), self.attempt)
+                    .with_last(self.last.take()),
                 Some(GiveUp::Elapsed),
             ),
         }
+    }
+
+    /// The error for a chain whose next attempt may not start, because
+    /// [`begin`](Self::begin) or [`failed`](Self::failed) answered
+    /// `GiveUp::Deadline`: [`Error::DeadlineExceeded`] after the attempts
+    /// made, with the error [kept](Self::keep) or `last` as its cause.
+    pub fn deadline_passed(&mut self, last: Option<Cause>) -> Error {
+        Error::deadline_exceeded(self.attempt).with_last(last.or_else(|| self.last.take()))
+    }
+
+    /// Keeps a failed attempt's error, to hand it over as the cause of a
+    /// runtime error that ends the chain later ([`cut`](Self::cut),
+    /// [`deadline_passed`](Self::deadline_passed)).
+    pub fn keep(&mut self, cause: Option<Cause>) {
+        self.last = cause;
     }
 }
 

@@ -1,19 +1,28 @@
-//! One classifier, one source of truth: may this error be retried?
+//! One classifier, one source of truth: may this error be retried, and did
+//! the dependency fail?
 //!
-//! Retry and the circuit breaker both ask the same question of an error, and
-//! they must get the same answer (SPEC §2): a `400` is not worth a second
-//! attempt and must not open a breaker either. [`Classify`] is that answer.
+//! Retry, the circuit breaker, the fallback and the metrics all read the
+//! same [`Verdict`] of an error, so they cannot disagree: a `400` is not
+//! worth a second attempt and does not open a breaker either; a dependency
+//! that hangs until the chain's budget runs out is not retried again, and
+//! is a failure for the breaker, the fallback and `dependency_errors_total`
+//! alike. [`Classify`] gives that verdict; [`Verdict::outcome`] is what the
+//! breaker makes of it.
 //!
-//! | category | verdict |
-//! |---|---|
-//! | network: reset, aborted, broken pipe, timed out, unexpected EOF, not connected, interrupted | [`Verdict::Transient`] |
-//! | HTTP 408, 500, 502, 503, 504 | [`Verdict::Transient`] |
-//! | HTTP 429 (and 503) with `Retry-After` | [`Verdict::RetryAfter`] |
-//! | every other 4xx, every 2xx | [`Verdict::Permanent`] |
-//! | SQLSTATE `40001`, `40P01` | [`Verdict::Transient`] |
-//! | SQLSTATE `23503`, `23505` and every other code | [`Verdict::Permanent`] |
-//! | a per-attempt timeout ([`Error::AttemptTimeout`]) | [`Verdict::Transient`] |
-//! | the caller's deadline, a spent retry budget, an open breaker | [`Verdict::Permanent`] |
+//! | category | verdict | outcome |
+//! |---|---|---|
+//! | network: reset, aborted, refused, broken pipe, timed out, unexpected EOF, not connected, host or network unreachable or down, interrupted | [`Verdict::Transient`] | failure |
+//! | HTTP 408, 500, 502, 503, 504 | [`Verdict::Transient`] | failure |
+//! | HTTP 429 (and 503) with `Retry-After` | [`Verdict::RetryAfter`] | failure |
+//! | every other 4xx, every 2xx | [`Verdict::Permanent`] | success: the dependency answered |
+//! | SQLSTATE `40001`, `40P01` | [`Verdict::Transient`] | failure |
+//! | SQLSTATE `23503`, `23505` and every other code | [`Verdict::Permanent`] | success |
+//! | a per-attempt timeout ([`Error::AttemptTimeout`]) | [`Verdict::Transient`] | failure |
+//! | the retry budget or the caller's deadline spent with an attempt made ([`Error::BudgetExhausted`], [`Error::DeadlineExceeded`]) | [`Verdict::Fatal`] | failure |
+//! | the caller's deadline passed before any attempt, an open breaker further in | [`Verdict::Ignored`] | ignored |
+//!
+//! A call the caller cancelled (its future dropped) has no verdict: it
+//! counts for nothing.
 
 use std::fmt;
 use std::time::Duration;
@@ -30,14 +39,93 @@ pub enum Verdict {
     /// The executor waits `max(backoff, delay)`, and gives up at once when
     /// that wait does not fit in the budget left.
     RetryAfter(Duration),
-    /// Another attempt would fail the same way: stop now.
+    /// The dependency answered, and another attempt would get the same
+    /// answer (a `404`, a unique violation): stop now.
+    ///
+    /// A success for the circuit breaker: the dependency is up.
     Permanent,
+    /// The dependency failed and no further attempt may run: the chain's
+    /// budget or the caller's deadline was spent on it (a hung
+    /// dependency). Stop now.
+    ///
+    /// A failure for the circuit breaker, the fallback and the metrics.
+    Fatal,
+    /// The call never reached the dependency (the caller's deadline had
+    /// passed before any attempt started, or a breaker further in rejected
+    /// it): stop now.
+    ///
+    /// Counts for nothing: it says nothing about the dependency's health.
+    Ignored,
 }
 
 impl Verdict {
-    /// `true` unless the verdict is [`Verdict::Permanent`].
+    /// `true` for [`Verdict::Transient`] and [`Verdict::RetryAfter`]: the
+    /// verdicts worth another attempt.
     pub const fn is_retryable(self) -> bool {
-        !matches!(self, Verdict::Permanent)
+        matches!(self, Verdict::Transient | Verdict::RetryAfter(_))
+    }
+
+    /// What the verdict means for the dependency's health: the one answer
+    /// the circuit breaker, the fallback and the metrics read.
+    ///
+    /// ```
+    /// use resilience_runtime::{Outcome, Verdict};
+    ///
+    /// assert_eq!(Verdict::Transient.outcome(), Outcome::Failure);
+    /// assert_eq!(Verdict::Fatal.outcome(), Outcome::Failure);
+    /// assert_eq!(Verdict::Permanent.outcome(), Outcome::Success);
+    /// assert_eq!(Verdict::Ignored.outcome(), Outcome::Ignored);
+    /// ```
+    pub const fn outcome(self) -> Outcome {
+        match self {
+            Verdict::Transient | Verdict::RetryAfter(_) | Verdict::Fatal => Outcome::Failure,
+            Verdict::Permanent => Outcome::Success,
+            Verdict::Ignored => Outcome::Ignored,
+        }
+    }
+}
+
+/// What one finished call says about the dependency's health: what the
+/// circuit breaker counts, what decides whether a fallback answers, and
+/// whether `dependency_errors_total` counts an error.
+///
+/// It is derived from the [`Verdict`] (see [`Verdict::outcome`]), so that
+/// "may this be retried" and "did the dependency fail" cannot drift apart;
+/// an error type can still answer it differently by overriding
+/// [`Classify::outcome`], and a breaker by its classifier
+/// ([`CircuitBreaker::call_with`](crate::breaker::CircuitBreaker::call_with)).
+///
+/// ```
+/// use resilience_runtime::{Classify, Error, Outcome};
+/// use std::time::Duration;
+///
+/// // A hung dependency that spent the chain's budget is a failure, though
+/// // it is not retried.
+/// let hung = Error::budget_exhausted(Duration::from_secs(5), 2);
+/// assert!(!hung.classify().is_retryable());
+/// assert_eq!(hung.outcome(), Outcome::Failure);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Outcome {
+    /// The dependency answered: a value, or a business error such as a
+    /// `404` or a unique violation.
+    Success,
+    /// The dependency failed: a transient error that outlived the retries,
+    /// a timeout, a chain whose time ran out with an attempt in flight.
+    Failure,
+    /// The call says nothing about the dependency (it never reached it):
+    /// not counted at all.
+    Ignored,
+}
+
+impl Outcome {
+    /// `success`, `failure` or `ignored`.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Success => "success",
+            Outcome::Failure => "failure",
+            Outcome::Ignored => "ignored",
+        }
     }
 }
 
@@ -82,13 +170,18 @@ impl fmt::Display for Reason {
 ///   lost connections, timeouts of one attempt, overloaded servers.
 /// - [`Verdict::RetryAfter`] when the dependency said when to come back.
 /// - [`Verdict::Permanent`] for everything a second attempt would repeat:
-///   bad requests, missing records, business rule violations, the caller's
-///   own deadline. When in doubt, permanent: a missed retry costs one error,
-///   a wrong one multiplies the load on a struggling dependency.
+///   bad requests, missing records, business rule violations. When in
+///   doubt, permanent: a missed retry costs one error, a wrong one
+///   multiplies the load on a struggling dependency.
+/// - The runtime's own errors classify themselves: forward them to
+///   [`Error::classify`], as the example does, and a hung dependency is
+///   [`Verdict::Fatal`] (a failure, not retried) whatever your error type.
 ///
-/// The circuit breaker uses the same answer: transient failures count
-/// against the dependency, permanent ones count as successes (a bad
-/// request says nothing about the health of the server).
+/// The circuit breaker, the fallback and the metrics read the same answer
+/// through [`Verdict::outcome`]: transient and fatal failures count against
+/// the dependency, permanent ones count as successes (a bad request says
+/// nothing about the health of the server). To count a permanent error
+/// against the dependency anyway, override [`outcome`](Classify::outcome).
 ///
 /// # Example
 ///
@@ -130,12 +223,25 @@ pub trait Classify {
     ///
     /// # Default
     ///
-    /// `None` for permanent errors, [`Reason::Network`] for the others.
+    /// `None` unless the [outcome](Self::outcome) is a failure, then
+    /// [`Reason::Network`].
     fn reason(&self) -> Option<Reason> {
-        match self.classify() {
-            Verdict::Permanent => None,
-            Verdict::Transient | Verdict::RetryAfter(_) => Some(Reason::Network),
+        match self.outcome() {
+            Outcome::Failure => Some(Reason::Network),
+            Outcome::Success | Outcome::Ignored => None,
         }
+    }
+
+    /// What this error says about the dependency's health, for the
+    /// circuit breaker and the fallback.
+    ///
+    /// # Default
+    ///
+    /// [`Verdict::outcome`] of [`classify`](Self::classify): override it to
+    /// count a permanent error against the dependency (say, a `404` from a
+    /// service that must know every id), or to ignore one.
+    fn outcome(&self) -> Outcome {
+        self.classify().outcome()
     }
 }
 
@@ -146,6 +252,9 @@ impl<T: Classify + ?Sized> Classify for &T {
     fn reason(&self) -> Option<Reason> {
         (**self).reason()
     }
+    fn outcome(&self) -> Outcome {
+        (**self).outcome()
+    }
 }
 
 impl<T: Classify + ?Sized> Classify for Box<T> {
@@ -155,19 +264,40 @@ impl<T: Classify + ?Sized> Classify for Box<T> {
     fn reason(&self) -> Option<Reason> {
         (**self).reason()
     }
+    fn outcome(&self) -> Outcome {
+        (**self).outcome()
+    }
 }
 
+/// Transport errors are transient, as the guide's `IsRetryable` has it
+/// (every transport error but a cancellation): a refused connection is a
+/// pod restarting, an unreachable host or network a route that flaps.
+/// What is not a transport error (a missing file, bad input, a denied
+/// permission, an unsupported operation) is permanent, and so is
+/// [`ErrorKind::Other`](std::io::ErrorKind::Other): an error that says
+/// nothing of its cause is not worth multiplying.
+///
+/// An `io::Error` built from the runtime's own [`Error`] (through its
+/// `From` impl) classifies as that error does, so that `std::io::Error` and
+/// an enum forwarding to [`Error::classify`] behave alike.
 impl Classify for std::io::Error {
     fn classify(&self) -> Verdict {
         use std::io::ErrorKind::*;
+        if let Some(runtime) = runtime_error(self) {
+            return runtime.classify();
+        }
         match self.kind() {
-            ConnectionReset | ConnectionAborted | BrokenPipe | TimedOut | UnexpectedEof
-            | NotConnected | Interrupted => Verdict::Transient,
+            ConnectionReset | ConnectionAborted | ConnectionRefused | BrokenPipe | TimedOut
+            | UnexpectedEof | NotConnected | Interrupted | HostUnreachable | NetworkUnreachable
+            | NetworkDown | AddrNotAvailable => Verdict::Transient,
             _ => Verdict::Permanent,
         }
     }
 
     fn reason(&self) -> Option<Reason> {
+        if let Some(runtime) = runtime_error(self) {
+            return runtime.reason();
+        }
         match self.kind() {
             std::io::ErrorKind::TimedOut => Some(Reason::Timeout),
             _ if self.classify().is_retryable() => Some(Reason::Network),
@@ -176,21 +306,31 @@ impl Classify for std::io::Error {
     }
 }
 
+/// The runtime's error inside an `io::Error` made from it.
+fn runtime_error(error: &std::io::Error) -> Option<&Error> {
+    error.get_ref()?.downcast_ref::<Error>()
+}
+
 impl Classify for Error {
     fn classify(&self) -> Verdict {
         match self {
             Error::AttemptTimeout(_) => Verdict::Transient,
-            Error::BudgetExhausted(_) | Error::DeadlineExceeded | Error::DependencyDown(_) => {
-                Verdict::Permanent
+            Error::BudgetExhausted { .. } => Verdict::Fatal,
+            Error::DeadlineExceeded { attempts: 0, .. } | Error::DependencyDown(_) => {
+                Verdict::Ignored
             }
+            Error::DeadlineExceeded { .. } => Verdict::Fatal,
         }
     }
 
     fn reason(&self) -> Option<Reason> {
+        // A deadline that passed before any attempt is still a timeout for
+        // the caller's metrics; that no dependency error is counted is the
+        // chain's doing (no attempt failed).
         match self {
-            Error::AttemptTimeout(_) | Error::BudgetExhausted(_) | Error::DeadlineExceeded => {
-                Some(Reason::Timeout)
-            }
+            Error::AttemptTimeout(_)
+            | Error::BudgetExhausted { .. }
+            | Error::DeadlineExceeded { .. } => Some(Reason::Timeout),
             Error::DependencyDown(_) => Some(Reason::CircuitOpen),
         }
     }
@@ -217,10 +357,14 @@ impl HttpStatus {
     /// (see [`parse_retry_after`](super::parse_retry_after)).
     ///
     /// `Retry-After` is honoured on `429` and `503`, the two statuses for
-    /// which HTTP defines it; other statuses keep their plain verdict.
+    /// which HTTP defines it, and on `409`: the IETF idempotency-key draft
+    /// answers `409` with `Retry-After` while the original request with the
+    /// same key is still in flight, meaning "retry later with the same
+    /// key". Other statuses keep their plain verdict, and so does a `409`
+    /// without `Retry-After` (a business conflict).
     pub const fn with_retry_after(self, retry_after: Option<Duration>) -> Verdict {
         match (self.0, retry_after) {
-            (429 | 503, Some(delay)) => Verdict::RetryAfter(delay),
+            (409 | 429 | 503, Some(delay)) => Verdict::RetryAfter(delay),
             _ => self.verdict(),
         }
     }
@@ -336,6 +480,10 @@ mod tests {
             io::ErrorKind::UnexpectedEof,
             io::ErrorKind::NotConnected,
             io::ErrorKind::Interrupted,
+            io::ErrorKind::ConnectionRefused,
+            io::ErrorKind::HostUnreachable,
+            io::ErrorKind::NetworkUnreachable,
+            io::ErrorKind::NetworkDown,
         ] {
             assert_eq!(
                 io::Error::from(kind).classify(),
@@ -349,6 +497,8 @@ mod tests {
             io::ErrorKind::InvalidInput,
             io::ErrorKind::InvalidData,
             io::ErrorKind::AlreadyExists,
+            io::ErrorKind::Unsupported,
+            io::ErrorKind::Other,
         ] {
             assert_eq!(
                 io::Error::from(kind).classify(),
@@ -367,6 +517,51 @@ mod tests {
         assert_eq!(io::Error::from(io::ErrorKind::NotFound).reason(), None);
     }
 
+    /// An enum that forwards only `classify` to the runtime's error, as the
+    /// docs teach, gets the runtime's outcome too.
+    #[test]
+    fn a_forwarding_error_type_gets_the_runtime_outcome() {
+        enum ClientError {
+            Status(u16),
+            Resilience(Error),
+        }
+        impl Classify for ClientError {
+            fn classify(&self) -> Verdict {
+                match self {
+                    ClientError::Status(code) => HttpStatus(*code).classify(),
+                    ClientError::Resilience(err) => err.classify(),
+                }
+            }
+        }
+        let hung = ClientError::Resilience(Error::budget_exhausted(Duration::from_secs(1), 1));
+        assert_eq!(hung.outcome(), Outcome::Failure);
+        assert_eq!(hung.reason(), Some(Reason::Network));
+        assert_eq!(ClientError::Status(404).outcome(), Outcome::Success);
+        assert_eq!(ClientError::Status(503).outcome(), Outcome::Failure);
+        let early = ClientError::Resilience(Error::deadline_exceeded(0));
+        assert_eq!(early.outcome(), Outcome::Ignored);
+    }
+
+    #[test]
+    fn an_io_error_made_from_the_runtime_error_classifies_as_it() {
+        let hung = io::Error::from(Error::budget_exhausted(Duration::from_secs(1), 1));
+        assert_eq!(hung.kind(), io::ErrorKind::TimedOut);
+        assert_eq!(
+            (hung.classify(), hung.outcome(), hung.reason()),
+            (Verdict::Fatal, Outcome::Failure, Some(Reason::Timeout))
+        );
+        let down = io::Error::from(Error::from(crate::DependencyDown::new("user", "open")));
+        assert_eq!(
+            (down.classify(), down.reason()),
+            (Verdict::Ignored, Some(Reason::CircuitOpen))
+        );
+        let early = io::Error::from(Error::deadline_exceeded(0));
+        assert_eq!(
+            (early.outcome(), early.reason()),
+            (Outcome::Ignored, Some(Reason::Timeout))
+        );
+    }
+
     #[test]
     fn http_statuses_follow_the_table() {
         for code in [408, 429, 500, 502, 503, 504] {
@@ -381,7 +576,7 @@ mod tests {
     }
 
     #[test]
-    fn retry_after_applies_to_429_and_503_only() {
+    fn retry_after_applies_to_409_429_and_503_only() {
         let d = Some(Duration::from_secs(3));
         assert_eq!(
             HttpStatus(429).with_retry_after(d),
@@ -391,6 +586,12 @@ mod tests {
             HttpStatus(503).with_retry_after(d),
             Verdict::RetryAfter(Duration::from_secs(3))
         );
+        assert_eq!(
+            HttpStatus(409).with_retry_after(d),
+            Verdict::RetryAfter(Duration::from_secs(3))
+        );
+        assert_eq!(HttpStatus(409).with_retry_after(None), Verdict::Permanent);
+        assert_eq!(HttpStatus(422).with_retry_after(d), Verdict::Permanent);
         assert_eq!(HttpStatus(502).with_retry_after(d), Verdict::Transient);
         assert_eq!(HttpStatus(400).with_retry_after(d), Verdict::Permanent);
         assert_eq!(HttpStatus(429).with_retry_after(None), Verdict::Transient);
@@ -425,9 +626,23 @@ mod tests {
             Error::AttemptTimeout(Duration::from_millis(5)).classify(),
             Verdict::Transient
         );
-        assert_eq!(Error::DeadlineExceeded.classify(), Verdict::Permanent);
+        // Spent with an attempt made: a failure that is not retried.
+        for spent in [
+            Error::deadline_exceeded(1),
+            Error::budget_exhausted(Duration::from_secs(5), 3),
+        ] {
+            assert_eq!(spent.classify(), Verdict::Fatal, "{spent}");
+            assert_eq!(spent.outcome(), Outcome::Failure, "{spent}");
+            assert_eq!(spent.reason(), Some(Reason::Timeout), "{spent}");
+        }
+        // Passed before anything was sent: nothing to say of the dependency.
+        let early = Error::deadline_exceeded(0);
+        assert_eq!(early.classify(), Verdict::Ignored);
+        assert_eq!(early.outcome(), Outcome::Ignored);
+        assert_eq!(early.reason(), Some(Reason::Timeout));
         let down = Error::from(crate::DependencyDown::new("user", "open"));
-        assert_eq!(down.classify(), Verdict::Permanent);
+        assert_eq!(down.classify(), Verdict::Ignored);
+        assert_eq!(down.outcome(), Outcome::Ignored);
         assert_eq!(down.reason(), Some(Reason::CircuitOpen));
         assert_eq!(
             down.to_string(),

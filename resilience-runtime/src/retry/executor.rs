@@ -10,8 +10,8 @@ use pin_project_lite::pin_project;
 use rand::RngCore;
 
 use super::attempts::{AttemptTimer, Attempts, Next};
-use super::{Classify, Policy, Verdict};
-use crate::error::Error;
+use super::{Classify, Outcome, Policy, Verdict};
+use crate::error::{Cause, Error};
 
 /// Decides, at one call site, whether an error is worth retrying.
 ///
@@ -21,6 +21,53 @@ use crate::error::Error;
 pub trait When<E> {
     /// The verdict for `error`.
     fn when(&mut self, error: &E) -> Verdict;
+
+    /// What `error` says about the dependency, for a circuit breaker
+    /// ([`CircuitBreaker::call_with`](crate::breaker::CircuitBreaker::call_with)).
+    ///
+    /// # Default
+    ///
+    /// The [outcome](Verdict::outcome) of [`when`](Self::when)'s verdict;
+    /// [`ByClassify`] asks [`Classify::outcome`].
+    fn outcome(&mut self, error: &E) -> Outcome {
+        self.when(error).outcome()
+    }
+
+    /// Keeps a failed attempt's `error` as the [`Cause`] of the runtime
+    /// error that may end the chain later.
+    ///
+    /// # Default
+    ///
+    /// Keeps nothing; [`Retry::keep_last_error`] keeps every error.
+    fn keep(&mut self, error: E) -> Option<Cause> {
+        drop(error);
+        None
+    }
+}
+
+/// A classifier that also keeps each failed attempt's error, from
+/// [`Retry::keep_last_error`].
+#[derive(Debug, Clone, Copy, Default)]
+pub struct KeepLast<W>(W);
+
+impl<E, W> When<E> for KeepLast<W>
+where
+    E: std::error::Error + Send + Sync + 'static,
+    W: When<E>,
+{
+    #[inline]
+    fn when(&mut self, error: &E) -> Verdict {
+        self.0.when(error)
+    }
+
+    #[inline]
+    fn outcome(&mut self, error: &E) -> Outcome {
+        self.0.outcome(error)
+    }
+
+    fn keep(&mut self, error: E) -> Option<Cause> {
+        Some(Cause::new(error))
+    }
 }
 
 /// The default classifier: the error's own [`Classify`] impl.
@@ -31,6 +78,11 @@ impl<E: Classify> When<E> for ByClassify {
     #[inline]
     fn when(&mut self, error: &E) -> Verdict {
         error.classify()
+    }
+
+    #[inline]
+    fn outcome(&mut self, error: &E) -> Outcome {
+        error.outcome()
     }
 }
 
@@ -271,6 +323,53 @@ where
         Retry::fresh(attempts, op, notify, when)
     }
 
+    /// Keeps each failed attempt's error, so that a chain that then runs
+    /// out of time ([`Error::BudgetExhausted`], [`Error::DeadlineExceeded`])
+    /// tells the caller what the dependency answered before it hung, as
+    /// the error's `source()` and in its message. Costs one allocation per
+    /// retried attempt; the attributes always do it for an error type that
+    /// is a `std::error::Error + Send + Sync + 'static`.
+    ///
+    /// ```
+    /// use resilience_runtime::{Error, Policy};
+    /// use std::error::Error as _;
+    /// use std::time::Duration;
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)] async fn main() {
+    /// let policy = Policy::builder().with_max_elapsed(Duration::from_secs(1)).build().unwrap();
+    /// let mut first = true;
+    /// let err = policy
+    ///     .retry(|| {
+    ///         let refused = std::mem::take(&mut first);
+    ///         async move {
+    ///             if refused {
+    ///                 return Err(std::io::Error::from(std::io::ErrorKind::ConnectionRefused));
+    ///             }
+    ///             std::future::pending::<Result<(), std::io::Error>>().await // hangs
+    ///         }
+    ///     })
+    ///     .keep_last_error()
+    ///     .await
+    ///     .unwrap_err();
+    /// let runtime = err.get_ref().unwrap().downcast_ref::<Error>().unwrap();
+    /// assert!(matches!(runtime, Error::BudgetExhausted { attempts: 2, .. }));
+    /// assert_eq!(runtime.last().unwrap().to_string(), "connection refused");
+    /// # }
+    /// ```
+    pub fn keep_last_error(self) -> Retry<F, Fut, N, KeepLast<W>, R>
+    where
+        E: std::error::Error + Send + Sync + 'static,
+    {
+        let Retry {
+            attempts,
+            op,
+            notify,
+            when,
+            ..
+        } = self;
+        Retry::fresh(attempts, op, notify, KeepLast(when))
+    }
+
     /// Draws jitter from `rng`: a seeded generator makes a schedule
     /// reproducible in tests. Never share one seed between processes in
     /// production: identical jitter is no jitter.
@@ -334,7 +433,7 @@ impl<F, Fut, N, W, R> RetryProj<'_, F, Fut, N, W, R> {
         match self.attempts.begin() {
             Ok(timer) => self.timer.as_mut().start(timer),
             Err(reason) => {
-                let error = E::from(Error::DeadlineExceeded);
+                let error = E::from(self.attempts.deadline_passed(None));
                 return Some(self.give_up(error, reason));
             }
         }
@@ -467,14 +566,23 @@ where
                             error: &error,
                             verdict,
                         });
-                        drop(error);
+                        let kept = this.when.keep(error);
+                        this.attempts.keep(kept);
                         this.timer.as_mut().pause(until);
                         this.state.set(State::Pausing);
                     }
                     Next::GiveUp(GiveUp::Deadline) => {
-                        // The hook sees the real error; the caller learns why we stopped.
-                        let _ = this.give_up::<T, E>(error, GiveUp::Deadline);
-                        return Poll::Ready(Err(E::from(Error::DeadlineExceeded)));
+                        // The hook sees the real error; the caller learns why
+                        // we stopped, with that error as the cause.
+                        this.notify.notify(&Event::GaveUp {
+                            attempt: this.attempts.attempt(),
+                            error: &error,
+                            reason: GiveUp::Deadline,
+                        });
+                        this.state.set(State::Done);
+                        let kept = this.when.keep(error);
+                        let error = this.attempts.deadline_passed(kept);
+                        return Poll::Ready(Err(E::from(error)));
                     }
                     Next::GiveUp(reason) => return this.give_up(error, reason),
                 }

@@ -47,7 +47,7 @@ mod retry_after;
 
 pub use attempts::{AttemptTimer, Attempts, Cut, Next};
 pub use backoff::{Backoff, Delays, Growth, Jitter, MIN_JITTER};
-pub use classify::{Classify, HttpStatus, Reason, SqlState, Verdict};
-pub use executor::{ByClassify, DefaultRng, Event, GiveUp, Notify, Quiet, Retry, When};
+pub use classify::{Classify, HttpStatus, Outcome, Reason, SqlState, Verdict};
+pub use executor::{ByClassify, DefaultRng, Event, GiveUp, KeepLast, Notify, Quiet, Retry, When};
 pub use policy::{Policy, PolicyBuilder};
 pub use retry_after::{parse_retry_after, parse_retry_after_bytes};

@@ -254,7 +254,7 @@ mod tests {
     #[test]
     fn status_follows_the_reason_of_the_error() {
         let status = |e: Error| Status::of(&Err::<(), _>(e));
-        assert_eq!(status(Error::DeadlineExceeded), Status::Timeout);
+        assert_eq!(status(Error::deadline_exceeded(0)), Status::Timeout);
         assert_eq!(
             status(Error::AttemptTimeout(Duration::from_millis(1))),
             Status::Timeout

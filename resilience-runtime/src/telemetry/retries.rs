@@ -136,6 +136,8 @@ const fn verdict_str(verdict: Verdict) -> &'static str {
         Verdict::Transient => "transient",
         Verdict::RetryAfter(_) => "retry_after",
         Verdict::Permanent => "permanent",
+        Verdict::Fatal => "fatal",
+        Verdict::Ignored => "ignored",
     }
 }
 

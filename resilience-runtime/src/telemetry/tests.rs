@@ -221,7 +221,7 @@ async fn a_deadline_passed_before_the_first_attempt_exhausts_attempt_one() {
     let result = deadline::with_timeout(Duration::ZERO, call(&[200])).await;
     assert!(matches!(
         result,
-        Err(Failed::Runtime(Error::DeadlineExceeded))
+        Err(Failed::Runtime(Error::DeadlineExceeded { .. }))
     ));
 
     let mut read = read(&snapshotter);
@@ -244,7 +244,7 @@ async fn a_deadline_that_cuts_the_pause_short_exhausts_the_failed_attempt() {
     let result = deadline::with_timeout(Duration::from_millis(50), call(&[502, 200])).await;
     assert!(matches!(
         result,
-        Err(Failed::Runtime(Error::DeadlineExceeded))
+        Err(Failed::Runtime(Error::DeadlineExceeded { .. }))
     ));
 
     let mut read = read(&snapshotter);
