@@ -31,12 +31,22 @@ use tokio::time::Instant;
 #[derive(Debug)]
 pub struct RetrySite {
     name: &'static str,
+    /// `name` is `module::fn`, to which the type of the impl the fn is in
+    /// is added when the call names it.
+    default_name: bool,
+    /// The breaker around the chain, whose name is the `target` of every
+    /// series of the call.
+    target: Option<&'static str>,
     defaults: PolicyBuilder,
-    /// The policy and the labels, resolved together on the first call:
+    /// The name, policy and labels, resolved together on the first call:
     /// the registry's service label is fixed once the global registry
     /// exists, so caching it here cannot go stale.
-    resolved: OnceLock<(Policy, Labels)>,
+    resolved: OnceLock<(&'static str, Policy, Labels)>,
 }
+
+/// The type of the impl a protected method is in
+/// (`core::any::type_name::<Self>`), for its site's default name.
+pub type Owner = Option<fn() -> &'static str>;
 
 impl RetrySite {
     /// A site named `name` whose attribute asked for `defaults` (checked at
@@ -44,38 +54,76 @@ impl RetrySite {
     pub const fn new(name: &'static str, defaults: PolicyBuilder) -> Self {
         Self {
             name,
+            default_name: false,
+            target: None,
             defaults,
             resolved: OnceLock::new(),
         }
     }
 
-    /// The site's name: the attribute's `name`, or the fn's path.
-    pub fn name(&self) -> &'static str {
-        self.name
+    /// The same site, whose name `module::fn` was not given: a method's
+    /// site is named `module::Type::fn`, so that `Users::get` and
+    /// `Orders::get` keep their own policies and series.
+    pub const fn with_default_name(mut self) -> Self {
+        self.default_name = true;
+        self
+    }
+
+    /// The same site, inside the breaker `breaker`: its metrics carry the
+    /// breaker's name as `target`, as the breaker's own do, so that every
+    /// series of one dependency joins on one label.
+    pub const fn with_target(mut self, breaker: &'static str) -> Self {
+        self.target = Some(breaker);
+        self
+    }
+
+    /// The site's name: the attribute's `name`, or the fn's path (with its
+    /// impl's type once a call resolved it).
+    pub fn name(&'static self) -> &'static str {
+        self.resolve(None).0
     }
 
     /// The labels of its metrics: the registry's service, the site's name.
     #[inline]
     pub fn labels(&'static self) -> Labels {
-        self.resolve().1
+        self.resolve(None).2
     }
 
     /// The policy in force: resolved on the first call from the global
     /// registry (the config file, then the code, then the attribute).
     #[inline]
     pub fn policy(&'static self) -> Policy {
-        self.resolve().0
+        self.resolve(None).1
     }
 
     #[inline]
-    fn resolve(&'static self) -> &'static (Policy, Labels) {
+    fn resolve(&'static self, owner: Owner) -> &'static (&'static str, Policy, Labels) {
         self.resolved.get_or_init(|| {
+            let name = match (self.default_name, owner) {
+                (true, Some(owner)) => owned_name(self.name, owner()),
+                _ => self.name,
+            };
             let registry = registry::global();
             (
-                registry.policy(self.name, self.defaults),
-                Labels::new(registry.service(), self.name),
+                name,
+                registry.policy(name, self.defaults),
+                Labels::new(registry.service(), self.target.unwrap_or(name)),
             )
         })
+    }
+}
+
+/// `module::fn` in the impl of `ty` (`path::Type<Args>`): `module::Type::fn`.
+/// Leaked once per site, on its first call.
+#[cold]
+fn owned_name(name: &'static str, ty: &str) -> &'static str {
+    let ty = ty.split('<').next().unwrap_or(ty);
+    let ty = ty.rsplit("::").next().unwrap_or(ty);
+    match name.rsplit_once("::") {
+        Some((module, function)) => {
+            Box::leak(format!("{module}::{ty}::{function}").into_boxed_str())
+        }
+        None => name,
     }
 }
 
@@ -182,21 +230,22 @@ impl<T, E> ResultError for Result<T, E> {
     type Error = E;
 }
 
-/// Starts a chain at `site`, classifying errors with their [`Classify`] impl.
+/// Starts a chain at `site` (in the impl of `owner`, for a method),
+/// classifying errors with their [`Classify`] impl.
 #[inline]
-pub fn retry(site: &'static RetrySite) -> Chain<ByClassify> {
-    Chain::new(site, ByClassify)
+pub fn retry(site: &'static RetrySite, owner: Owner) -> Chain<ByClassify> {
+    Chain::new(site, owner, ByClassify)
 }
 
 /// Starts a chain at `site`, classifying errors with `when`.
 #[inline]
-pub fn retry_when<W>(site: &'static RetrySite, when: W) -> Chain<Custom<W>> {
-    Chain::new(site, Custom(when))
+pub fn retry_when<W>(site: &'static RetrySite, owner: Owner, when: W) -> Chain<Custom<W>> {
+    Chain::new(site, owner, Custom(when))
 }
 
 impl<W> Chain<W> {
-    fn new(site: &'static RetrySite, when: W) -> Self {
-        let (policy, labels) = site.resolve();
+    fn new(site: &'static RetrySite, owner: Owner, when: W) -> Self {
+        let (_, policy, labels) = site.resolve(owner);
         Self {
             attempts: Attempts::borrowed(policy),
             when,
@@ -785,7 +834,7 @@ mod tests {
 
     async fn by_chain(site: &'static RetrySite, script: &[Step]) -> (Result<u32, Failure>, usize) {
         let calls = Cell::new(0);
-        let mut chain = retry(site);
+        let mut chain = retry(site, None);
         let result = loop {
             match chain.attempt(step(script, &calls)).await {
                 ControlFlow::Break(result) => break result,

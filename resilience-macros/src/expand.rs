@@ -103,12 +103,26 @@ pub(crate) fn expand(plan: Plan<'_>) -> TokenStream {
         Some(args) => {
             let name = site_name(args.name.as_ref().map(|n| n.value.as_str()), &sig.ident);
             let policy = policy(args);
+            let mut site = quote!(::resilience::__private::RetrySite::new(#name, #policy));
+            if args.name.is_none() {
+                site.extend(quote!(.with_default_name()));
+            }
+            if let Some(breaker) = breaker.and_then(|b| b.name.as_ref()) {
+                let breaker = &breaker.value;
+                site.extend(quote!(.with_target(#breaker)));
+            }
+            // A method names its impl's type, for the site's default name.
+            let owner = if sig.receiver().is_some() {
+                quote!(::core::option::Option::Some(::core::any::type_name::<Self>))
+            } else {
+                quote!(::core::option::Option::None)
+            };
             let chain = match &args.when {
                 Some(when) => {
                     let when = &when.value;
-                    quote!(::resilience::__private::retry_when(&__RESILIENCE_RETRY, #when))
+                    quote!(::resilience::__private::retry_when(&__RESILIENCE_RETRY, #owner, #when))
                 }
-                None => quote!(::resilience::__private::retry(&__RESILIENCE_RETRY)),
+                None => quote!(::resilience::__private::retry(&__RESILIENCE_RETRY, #owner)),
             };
             // An error type that is a `std::error::Error + Send + Sync +
             // 'static` is kept by the chain as the cause of the runtime
@@ -132,8 +146,7 @@ pub(crate) fn expand(plan: Plan<'_>) -> TokenStream {
                 __resilience_chain.attempt(__resilience_attempt).await
             };
             quote! {
-                static __RESILIENCE_RETRY: ::resilience::__private::RetrySite =
-                    ::resilience::__private::RetrySite::new(#name, #policy);
+                static __RESILIENCE_RETRY: ::resilience::__private::RetrySite = #site;
                 let mut __resilience_chain = #chain;
                 loop {
                     let __resilience_attempt = #attempt;

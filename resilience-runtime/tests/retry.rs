@@ -302,7 +302,7 @@ async fn the_attempt_timeout_is_capped_by_the_time_left_before_the_deadline() {
         .await;
     assert_eq!(
         result,
-        Err(ClientError::Runtime(Error::deadline_exceeded(2)))
+        Err(ClientError::Runtime(Error::deadline_exceeded(1)))
     );
     assert_eq!(start.elapsed(), Duration::from_millis(700));
 }

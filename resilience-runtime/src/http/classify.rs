@@ -38,14 +38,19 @@ pub fn retry_after(headers: &reqwest::header::HeaderMap) -> Option<Duration> {
     parse_retry_after_bytes(value.as_bytes(), SystemTime::now())
 }
 
+/// Every transport error is transient, as the guide's `IsRetryable` has
+/// it: the only errors a retry cannot help are the ones that are not about
+/// the transport at all, listed here with their reason.
+///
 /// | reqwest error | verdict |
 /// |---|---|
 /// | timeout (`is_timeout`) | transient, reason `timeout` |
-/// | connect, DNS (`is_connect`) | transient |
+/// | connect, DNS, refused, unreachable (`is_connect`) | transient |
 /// | connection closed or reset before or during the response, body cut short (EOF) | transient |
+/// | any other error while sending the request or reading the response (`is_request`, `is_body`, and whatever reqwest adds) | transient |
 /// | `error_for_status` (`is_status`) | by the status, as [`HttpStatus`] |
-/// | builder, redirect loop, upgrade, decode (e.g. invalid JSON) | permanent |
-/// | anything else | permanent |
+/// | builder (a bad URL or header: the same request fails the same way), redirect loop (the server's configuration), upgrade | permanent |
+/// | decode of a complete body (e.g. invalid JSON: the server would send the same bytes again) | permanent |
 impl Classify for reqwest::Error {
     fn classify(&self) -> Verdict {
         if let Some(status) = self.status() {
@@ -54,10 +59,10 @@ impl Classify for reqwest::Error {
         if self.is_builder() || self.is_redirect() || self.is_upgrade() {
             return Verdict::Permanent;
         }
-        if self.is_timeout() || self.is_connect() || broken_connection(self) {
-            return Verdict::Transient;
+        if self.is_decode() && !broken_connection(self) {
+            return Verdict::Permanent;
         }
-        Verdict::Permanent
+        Verdict::Transient
     }
 
     fn reason(&self) -> Option<Reason> {
