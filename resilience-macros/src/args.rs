@@ -61,6 +61,7 @@ pub(crate) struct BreakerArgs {
     pub(crate) window: Option<Arg<Duration>>,
     pub(crate) cooldown: Option<Arg<Duration>>,
     pub(crate) half_open: Option<Arg<u32>>,
+    pub(crate) probe_timeout: Option<Arg<Duration>>,
     pub(crate) slow_call: Option<Arg<SlowCall>>,
     pub(crate) preset: Option<Arg<BreakerPreset>>,
     pub(crate) fallback: Option<Arg<syn::Path>>,
@@ -147,6 +148,7 @@ const BREAKER_KEYS: &[&str] = &[
     "window",
     "cooldown",
     "half_open",
+    "probe_timeout",
     "slow_call",
     "preset",
     "fallback",
@@ -242,6 +244,7 @@ pub(crate) fn parse_breaker(tokens: TokenStream, errors: &mut Errors) -> Breaker
             "half_open" => one(&mut args.half_open, &meta, errors, |v| {
                 count(v, "half_open")
             }),
+            "probe_timeout" => one(&mut args.probe_timeout, &meta, errors, duration_value),
             "slow_call" => slow_call(&mut args.slow_call, &meta, errors),
             "preset" => one(&mut args.preset, &meta, errors, |v| {
                 choice(
@@ -498,7 +501,7 @@ fn elapsed_value(value: &Expr) -> syn::Result<Duration> {
         Some(Lit::Str(text)) if UNBOUNDED_WORDS.contains(&text.value().to_lowercase().as_str()) => {
             Err(syn::Error::new_spanned(
                 value,
-                "`max_elapsed` bounds the whole retry chain and cannot be unbounded (SPEC §1: every retry loop is bounded by attempts AND elapsed time); the default is \"5s\"",
+                "`max_elapsed` bounds the whole retry chain and cannot be unbounded: every retry loop is bounded by attempts and by elapsed time; the default is \"5s\"",
             ))
         }
         _ => duration_value(value),

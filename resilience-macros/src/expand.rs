@@ -336,6 +336,10 @@ fn breaker_config(args: &BreakerArgs) -> TokenStream {
         let half_open = Literal::u32_suffixed(half_open.get());
         config.extend(quote!(.with_half_open(#half_open)));
     }
+    if let Some(timeout) = &args.probe_timeout {
+        let timeout = duration(timeout.get());
+        config.extend(quote!(.with_probe_timeout(#timeout)));
+    }
     if let Some(slow) = &args.slow_call {
         let slow = slow.get();
         let threshold = duration(slow.threshold);

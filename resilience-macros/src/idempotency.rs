@@ -151,7 +151,7 @@ pub(crate) fn check(args: &RetryArgs, name: &Ident, has_key: bool) -> syn::Resul
         return Ok(());
     }
     const FIX: &str = "  = help: add a parameter `key: resilience::IdempotencyKey` that the caller creates once per logical call (every attempt sends the same key), or mark the parameter that already carries the key with `#[idempotency_key]`\n  = help: if a repeat is harmless anyway, assert it: `#[retry(idempotent, …)]`";
-    const RULE: &str = "  = note: a retried request may run twice on the server: the first attempt can succeed and only its response be lost; a POST or PATCH is safe to retry only with an `Idempotency-Key` that is the same on every attempt (SPEC §3)";
+    const RULE: &str = "  = note: a retried request may run twice on the server: the first attempt can succeed and only its response be lost; a POST or PATCH is safe to retry only with an `Idempotency-Key` that is the same on every attempt";
     if let Some(method) = &args.method {
         let value = method.get();
         if value.is_idempotent() {

@@ -177,6 +177,13 @@ pub(crate) fn breaker(args: &BreakerArgs, errors: &mut Errors) {
             "an open breaker waits that long before it probes",
             "30s",
         ),
+        (
+            &args.probe_timeout,
+            "probe_timeout",
+            Duration::from_millis(1),
+            "a half-open probe gets that long to answer before it counts as failed",
+            "5s",
+        ),
     ];
     for (arg, key, floor, why, default) in floors {
         if let Some(arg) = arg {
@@ -292,7 +299,7 @@ pub(crate) fn instrument_order(item: &ItemFn, attribute: &str) -> syn::Result<()
     Err(syn::Error::new(
         item.sig.ident.span(),
         format!(
-            "`#[tracing::instrument]` must be written below `#[{attribute}]`\n  = note: above it, the span is opened inside the body, so every attempt would open its own span; all attempts of one logical call belong to one span (SPEC §7)\n  = help: move `#[tracing::instrument]` below `#[{attribute}]`"
+            "`#[tracing::instrument]` must be written below `#[{attribute}]`\n  = note: above it, the span is opened inside the body, so every attempt would open its own span; all attempts of one logical call belong to one span\n  = help: move `#[tracing::instrument]` below `#[{attribute}]`"
         ),
     ))
 }

@@ -43,6 +43,7 @@ struct BreakerSection {
     window_calls: Option<u32>,
     cooldown: Option<String>,
     half_open: Option<u32>,
+    probe_timeout: Option<String>,
     slow_call: Option<String>,
     slow_ratio: Option<f64>,
 }
@@ -160,6 +161,9 @@ impl BreakerSection {
         }
         if let Some(half_open) = self.half_open {
             c = c.with_half_open(half_open);
+        }
+        if let Some(timeout) = &self.probe_timeout {
+            c = c.with_probe_timeout(duration("probe_timeout", timeout)?);
         }
         match (&self.slow_call, self.slow_ratio) {
             (Some(threshold), ratio) => {
