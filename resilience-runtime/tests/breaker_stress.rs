@@ -40,7 +40,7 @@ struct Tally {
     ok: AtomicU64,
     failed: AtomicU64,
     rejected: AtomicU64,
-    in_flight_probes: AtomicU32,
+    probes_seen: AtomicU64,
     max_probes: AtomicU32,
 }
 
@@ -72,18 +72,22 @@ async fn a_failure_storm_adds_up_and_never_deadlocks() {
                 // A storm of 503s, with healthy stretches so the breaker
                 // keeps closing and reopening.
                 let failing = (task + call) % 7 < 5;
-                let probe = breaker.state() == State::HalfOpen;
                 let tally2 = tally.clone();
+                let inside = breaker.clone();
                 let result = breaker
                     .call(async move {
                         tally2.ran.fetch_add(1, SeqCst);
-                        if probe {
-                            let now = tally2.in_flight_probes.fetch_add(1, SeqCst) + 1;
-                            tally2.max_probes.fetch_max(now, SeqCst);
-                        }
-                        tokio::task::yield_now().await;
-                        if probe {
-                            tally2.in_flight_probes.fetch_sub(1, SeqCst);
+                        // Only an admitted call runs: while the breaker is
+                        // half-open, its own count of probes in flight must
+                        // never exceed the limit, sampled before and after
+                        // the yield.
+                        for _ in 0..2 {
+                            let snap = inside.snapshot();
+                            if snap.state == State::HalfOpen {
+                                tally2.probes_seen.fetch_add(1, SeqCst);
+                                tally2.max_probes.fetch_max(snap.probes_in_flight, SeqCst);
+                            }
+                            tokio::task::yield_now().await;
                         }
                         if failing { Err(E::Status(503)) } else { Ok(()) }
                     })
@@ -124,7 +128,16 @@ async fn a_failure_storm_adds_up_and_never_deadlocks() {
     assert_eq!(ok + failed, ran, "a rejected call never ran");
     assert!(rejected > 0, "the storm opened the breaker");
     assert!(transitions.load(SeqCst) >= 2, "it opened and recovered");
-    assert_eq!(tally.in_flight_probes.load(SeqCst), 0);
+    // Probes ran, and never more than `half_open = 2` at once.
+    assert!(
+        tally.probes_seen.load(SeqCst) > 0,
+        "half-open admitted probes"
+    );
+    assert!(
+        (1..=2).contains(&tally.max_probes.load(SeqCst)),
+        "probes in flight: at most {}",
+        tally.max_probes.load(SeqCst)
+    );
     let snap = breaker.snapshot();
     assert!(snap.probes_in_flight == 0, "{snap:?}");
     // The breaker still works: force it closed and every call runs.

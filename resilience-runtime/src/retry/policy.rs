@@ -294,27 +294,87 @@ impl PolicyBuilder {
 mod tests {
     use super::*;
 
+    /// The guide's numbers, written out: a preset that drifted from them
+    /// fails here, whatever the builder says.
     #[test]
     fn presets_are_valid_and_match_the_spec() {
-        for (policy, builder) in [
-            (Policy::http(), PolicyBuilder::http()),
-            (Policy::background(), PolicyBuilder::background()),
-            (Policy::db_tx(), PolicyBuilder::db_tx()),
-        ] {
-            assert_eq!(builder.build().unwrap(), policy);
-        }
-        let http = Policy::http();
-        assert_eq!(http.max_attempts(), 3);
-        assert_eq!(http.backoff().initial(), Duration::from_millis(100));
-        assert_eq!(http.backoff().multiplier(), 2.0);
-        assert_eq!(http.backoff().max_interval(), Duration::from_secs(2));
-        assert_eq!(http.backoff().jitter(), Jitter::Symmetric(0.25));
-        assert_eq!(http.max_elapsed(), Duration::from_secs(5));
-        assert_eq!(Policy::background().max_attempts(), 6);
-        assert_eq!(
-            Policy::background().backoff().max_interval(),
-            Duration::from_secs(30)
+        use crate::retry::Growth;
+        type Row = (u32, u64, f64, u64, Jitter, Growth, u64);
+        let shape = |p: Policy| -> Row {
+            let b = p.backoff();
+            (
+                p.max_attempts(),
+                b.initial().as_millis() as u64,
+                b.multiplier(),
+                b.max_interval().as_millis() as u64,
+                b.jitter(),
+                b.growth(),
+                p.max_elapsed().as_millis() as u64,
+            )
+        };
+        // attempts, initial ms, ×, max interval ms, jitter, growth, budget ms
+        let http: Row = (
+            3,
+            100,
+            2.0,
+            2_000,
+            Jitter::Symmetric(0.25),
+            Growth::Exponential,
+            5_000,
         );
+        let background: Row = (
+            6,
+            500,
+            2.0,
+            30_000,
+            Jitter::Symmetric(0.25),
+            Growth::Exponential,
+            120_000,
+        );
+        let db_tx: Row = (
+            3,
+            10,
+            2.0,
+            1_000,
+            Jitter::Additive(0.25),
+            Growth::Quadratic,
+            5_000,
+        );
+        assert_eq!(shape(Policy::http()), http);
+        assert_eq!(shape(Policy::background()), background);
+        assert_eq!(shape(Policy::db_tx()), db_tx);
+        for policy in [Policy::http(), Policy::background(), Policy::db_tx()] {
+            policy.to_builder().build().unwrap();
+        }
+        // The schedules they give: 100 → 200 → 400 ms … within the jitter.
+        use rand::SeedableRng;
+        let within = |p: Policy, bases: &[u64], low: f64, high: f64| {
+            let mut rng = rand::rngs::StdRng::seed_from_u64(7);
+            for _ in 0..200 {
+                for (n, base) in bases.iter().enumerate() {
+                    let pause = p.backoff().delay(n as u32, Duration::ZERO, &mut rng);
+                    let ms = pause.as_secs_f64() * 1e3;
+                    let (lo, hi) = (*base as f64 * low, *base as f64 * high);
+                    assert!(
+                        lo - 1e-6 <= ms && ms <= hi + 1e-6,
+                        "pause {n}: {ms} ms not in {lo}..={hi}"
+                    );
+                }
+            }
+        };
+        within(
+            Policy::http(),
+            &[100, 200, 400, 800, 1_600, 2_000],
+            0.75,
+            1.25,
+        );
+        within(
+            Policy::background(),
+            &[500, 1_000, 2_000, 4_000, 8_000],
+            0.75,
+            1.25,
+        );
+        within(Policy::db_tx(), &[10, 40, 90], 1.0, 1.25);
     }
 
     #[test]

@@ -774,12 +774,32 @@ fn a_dropped_call_marks_its_span_cancelled_without_a_recorder() {
     );
 }
 
+/// A subscriber that wants events but no span gets no span from a call,
+/// only its events; one that wants spans gets exactly one, with its status.
 #[test]
 fn a_call_nobody_traces_keeps_no_span() {
-    let scope = CallScope::new(USER);
-    drop(scope.enter());
-    assert!(scope.span().is_disabled());
-    scope.finish(Status::Ok);
+    let run = |collector: &traces::Collector| {
+        tracing::subscriber::with_default(collector.clone(), || {
+            let scope = CallScope::new(USER);
+            drop(scope.enter());
+            let disabled = scope.span().is_disabled();
+            scope.finish(Status::Error);
+            disabled
+        })
+    };
+    let events_only = traces::Collector::events_only();
+    assert!(run(&events_only), "no span without a subscriber for spans");
+    assert_eq!(events_only.span_count(), 0);
+
+    let everything = traces::Collector::default();
+    assert!(
+        !run(&everything),
+        "a subscriber for spans gets the call's span"
+    );
+    assert_eq!(everything.span_count(), 1);
+    let (name, fields) = everything.span(1);
+    assert_eq!(name, "resilience.call");
+    assert!(fields.contains(&"status=error".to_owned()), "{fields:?}");
 }
 
 /// `succeed` is `succeeded` then `finish(Status::Ok)`, whoever listens,
