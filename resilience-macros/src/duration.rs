@@ -67,6 +67,9 @@ pub(crate) fn parse(text: &str) -> Result<Duration, String> {
 /// `Duration` as the shortest exact text in the same syntax, for messages.
 pub(crate) fn display(duration: Duration) -> String {
     let nanos = duration.as_nanos();
+    if nanos == 0 {
+        return "0s".to_owned();
+    }
     for (unit, per) in [
         ("h", 3_600_000_000_000u128),
         ("m", 60_000_000_000),
@@ -133,5 +136,6 @@ mod tests {
         assert_eq!(display(Duration::from_secs(120)), "2m");
         assert_eq!(display(Duration::from_millis(1500)), "1500ms");
         assert_eq!(display(Duration::from_nanos(7)), "7ns");
+        assert_eq!(display(Duration::ZERO), "0s");
     }
 }

@@ -10,4 +10,9 @@ async fn get_order(id: u64) -> Result<u64, std::io::Error> {
     Ok(id)
 }
 
+#[circuit_breaker(name = "stock", probe_timeout = "0s")]
+async fn get_stock(id: u64) -> Result<u64, std::io::Error> {
+    Ok(id)
+}
+
 fn main() {}
