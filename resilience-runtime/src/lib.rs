@@ -7,6 +7,8 @@
 //! - [`registry`]: named breakers and retry policies, configured at startup
 //!   from code and from a TOML file;
 //! - [`deadline`]: the caller's deadline, scoped to a task;
+//! - [`consumer`]: background consumers that retry a message under the
+//!   `background` preset and hand a poison one to a dead-letter queue;
 //! - [`idempotency`]: keys that make a retried POST safe;
 //! - [`telemetry`]: the metrics, spans and events of SPEC §7;
 //! - `http` (feature `reqwest`): the reqwest integration.
@@ -18,6 +20,7 @@
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 
 pub mod breaker;
+pub mod consumer;
 pub mod deadline;
 mod error;
 #[cfg(feature = "reqwest")]
