@@ -21,7 +21,7 @@ use resilience_runtime::breaker::{BreakerConfig, Call, CircuitBreaker, Permit};
 use resilience_runtime::registry;
 use resilience_runtime::retry::{
     AttemptTimer, Attempts, Classify, DefaultRng, Event, GiveUp, Next, Outcome, Policy,
-    PolicyBuilder, Reason, Verdict,
+    PolicyBuilder, Reason, Verdict, layer,
 };
 use resilience_runtime::telemetry::{self, CallScope, Fallback, Labels, Observed, Status};
 use resilience_runtime::{Cause, DependencyDown, Error};
@@ -148,6 +148,10 @@ pub struct Chain<W, K = Forget> {
     scope: CallScope,
     /// Why the last attempt failed, for the metrics.
     reason: Option<Reason>,
+    /// The site's name, marking the thread while an attempt is polled (a
+    /// chain inside it makes one attempt and leaves the retrying to this
+    /// one).
+    name: &'static &'static str,
     /// Whether failed attempts' errors are kept as the cause of a later
     /// runtime error.
     keep: K,
@@ -245,12 +249,13 @@ pub fn retry_when<W>(site: &'static RetrySite, owner: Owner, when: W) -> Chain<C
 
 impl<W> Chain<W> {
     fn new(site: &'static RetrySite, owner: Owner, when: W) -> Self {
-        let (_, policy, labels) = site.resolve(owner);
+        let (name, policy, labels) = site.resolve(owner);
         Self {
             attempts: Attempts::borrowed(policy),
             when,
             scope: CallScope::new(*labels),
             reason: None,
+            name,
             keep: Forget,
         }
     }
@@ -263,6 +268,7 @@ impl<W> Chain<W> {
             when,
             scope,
             reason,
+            name,
             keep: Forget,
         } = self;
         Chain {
@@ -270,6 +276,7 @@ impl<W> Chain<W> {
             when,
             scope,
             reason,
+            name,
             keep,
         }
     }
@@ -409,7 +416,11 @@ where
         if *this.stage == Stage::Start && chain.scope.is_quiet() && chain.attempts.begin_untimed() {
             *this.stage = Stage::Running;
             if let Some(fut) = this.fut.as_mut().as_pin_mut() {
-                return match fut.poll(cx) {
+                let polled = {
+                    let _polling = layer::polling(chain.name);
+                    fut.poll(cx)
+                };
+                return match polled {
                     Poll::Ready(Ok(value)) => {
                         this.fut.set(None);
                         Poll::Ready(chain.succeeded(value))
@@ -454,7 +465,10 @@ where
             let Some(fut) = this.fut.as_mut().as_pin_mut() else {
                 panic!("`Attempt` polled after it completed");
             };
-            let polled = fut.poll(cx);
+            let polled = {
+                let _polling = layer::polling(chain.name);
+                fut.poll(cx)
+            };
             return self.on_polled(polled, cx);
         }
         self.poll_pause(cx)
@@ -576,6 +590,12 @@ impl<W, K> Chain<W, K> {
                 let error = self.attempts.deadline_passed(kept);
                 self.reason = error.reason();
                 ControlFlow::Break(Err(E::from(error)))
+            }
+            Next::GiveUp(GiveUp::Nested) => {
+                if let Some(outer) = layer::outer() {
+                    layer::warn_nested(outer, self.name);
+                }
+                ControlFlow::Break(self.give_up(error, GiveUp::Nested))
             }
             Next::GiveUp(reason) => ControlFlow::Break(self.give_up(error, reason)),
         }

@@ -182,3 +182,48 @@ fn the_futures_stay_send() {
     let script = Script::new(&[]);
     assert_send(&get_with_classifier(&script));
 }
+
+#[retry(max = 3, initial = "100ms")]
+async fn get_inner(script: &Script) -> Result<(), ClientError> {
+    script.call()
+}
+
+#[retry(max = 3, initial = "100ms")]
+async fn get_outer(
+    script: &Script,
+    outer_attempts: &std::sync::atomic::AtomicU32,
+) -> Result<(), ClientError> {
+    outer_attempts.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    get_inner(script).await
+}
+
+/// An annotated fn calling another on the same task retries at one layer:
+/// the bottom sees `max` attempts per logical call, not `max × max`.
+#[tokio::test(start_paused = true)]
+async fn nested_chains_retry_at_one_layer() {
+    let script = Script::new(&[503; 20]);
+    let outer = std::sync::atomic::AtomicU32::new(0);
+    assert_eq!(
+        get_outer(&script, &outer).await,
+        Err(ClientError::Status(503))
+    );
+    assert_eq!(
+        script.calls(),
+        3,
+        "3 attempts reached the dependency, not 9"
+    );
+    assert_eq!(outer.load(std::sync::atomic::Ordering::SeqCst), 3);
+
+    // Alone, the inner fn retries as usual.
+    let alone = Script::new(&[503; 20]);
+    assert_eq!(get_inner(&alone).await, Err(ClientError::Status(503)));
+    assert_eq!(alone.calls(), 3);
+
+    // Nested in the runtime's own executor too.
+    let by_hand = Script::new(&[503, 503, 200]);
+    let result = resilience::retry::Policy::http()
+        .retry(|| get_inner(&by_hand))
+        .await;
+    assert_eq!(result, Ok(()));
+    assert_eq!(by_hand.calls(), 3);
+}

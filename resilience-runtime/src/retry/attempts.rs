@@ -264,9 +264,15 @@ impl<R: RngCore, P: Borrow<Policy>> Attempts<R, P> {
     /// permanent error, after the last attempt, or when the pause would
     /// cross the budget or the caller's deadline (never sleep uselessly);
     /// otherwise pause for `max(backoff, Retry-After)`.
+    ///
+    /// A chain that fails inside another chain's attempt (see
+    /// [`layer`](super::layer)) stops too: the outer chain retries.
     pub fn failed(&mut self, verdict: Verdict) -> Next {
         if !verdict.is_retryable() {
             return Next::GiveUp(GiveUp::Permanent);
+        }
+        if super::layer::outer().is_some() {
+            return Next::GiveUp(GiveUp::Nested);
         }
         if self.attempt >= self.policy().max_attempts() {
             return Next::GiveUp(GiveUp::Exhausted);

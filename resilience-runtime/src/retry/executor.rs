@@ -119,16 +119,21 @@ pub enum GiveUp {
     Elapsed,
     /// The caller's deadline passed, or the next pause would have crossed it.
     Deadline,
+    /// The chain runs inside another chain's attempt, which retries: see
+    /// [`layer`](super::layer).
+    Nested,
 }
 
 impl GiveUp {
-    /// A short label: `permanent`, `exhausted`, `elapsed` or `deadline`.
+    /// A short label: `permanent`, `exhausted`, `elapsed`, `deadline` or
+    /// `nested`.
     pub const fn as_str(self) -> &'static str {
         match self {
             GiveUp::Permanent => "permanent",
             GiveUp::Exhausted => "exhausted",
             GiveUp::Elapsed => "elapsed",
             GiveUp::Deadline => "deadline",
+            GiveUp::Nested => "nested",
         }
     }
 }
@@ -485,7 +490,11 @@ where
                 let StateProj::Running { fut } = this.state.as_mut().project() else {
                     unreachable!("the attempt was just stored");
                 };
-                match fut.poll(cx) {
+                let polled = {
+                    let _polling = super::layer::polling(&super::layer::UNNAMED);
+                    fut.poll(cx)
+                };
+                match polled {
                     Poll::Ready(Ok(value)) => {
                         this.state.set(State::Done);
                         let attempt = this.attempts.attempt();
@@ -528,7 +537,10 @@ where
             StateProj::Running { fut } => {
                 let polled = match first.take() {
                     Some(polled) => polled,
-                    None => fut.poll(cx),
+                    None => {
+                        let _polling = super::layer::polling(&super::layer::UNNAMED);
+                        fut.poll(cx)
+                    }
                 };
                 let result = match polled {
                     Poll::Ready(result) => result,
@@ -583,6 +595,12 @@ where
                         let kept = this.when.keep(error);
                         let error = this.attempts.deadline_passed(kept);
                         return Poll::Ready(Err(E::from(error)));
+                    }
+                    Next::GiveUp(GiveUp::Nested) => {
+                        if let Some(outer) = super::layer::outer() {
+                            super::layer::warn_nested(outer, super::layer::UNNAMED);
+                        }
+                        return this.give_up(error, GiveUp::Nested);
                     }
                     Next::GiveUp(reason) => return this.give_up(error, reason),
                 }

@@ -42,6 +42,7 @@ mod attempts;
 mod backoff;
 mod classify;
 mod executor;
+pub mod layer;
 mod policy;
 mod retry_after;
 

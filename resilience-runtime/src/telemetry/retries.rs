@@ -197,6 +197,17 @@ impl RetryMetrics {
                 );
                 self.dependency_error(reason);
             }
+            // The outer chain counts this attempt as its own.
+            Event::GaveUp {
+                reason: GiveUp::Nested,
+                ..
+            } => {
+                tracing::debug!(
+                    target: "resilience",
+                    attempt,
+                    "attempt failed inside another chain's attempt: that chain retries"
+                );
+            }
             Event::GaveUp {
                 error, reason: why, ..
             } => {
