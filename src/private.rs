@@ -453,9 +453,9 @@ where
         if *this.stage == Stage::Start {
             match chain.attempts.begin() {
                 Ok(timer) => this.timer.as_mut().start(timer),
-                Err(_) => {
+                Err(reason) => {
                     this.fut.set(None);
-                    let error = chain.deadline_passed();
+                    let error = chain.refused(reason);
                     return Poll::Ready(chain.done(Err(error)));
                 }
             }
@@ -529,14 +529,14 @@ where
 }
 
 impl<W, K> Chain<W, K> {
-    fn deadline_passed<E: FromRuntimeError>(&mut self) -> E {
-        let error = self.attempts.deadline_passed(None);
+    fn refused<E: FromRuntimeError>(&mut self, reason: GiveUp) -> E {
+        let error = self.attempts.refused(reason, None);
         self.reason = error.reason();
         let error = E::from(error);
         self.notify(&Event::GaveUp {
             attempt: self.attempts.attempt(),
             error: &error,
-            reason: GiveUp::Deadline,
+            reason,
         });
         error
     }

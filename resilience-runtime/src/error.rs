@@ -71,6 +71,19 @@ pub enum Error {
     /// A circuit breaker rejected the call without running it.
     #[error(transparent)]
     DependencyDown(#[from] DependencyDown),
+    /// A retry chain was started inside a database transaction opened by
+    /// the transaction helper (`db::transaction`, feature `sqlx-postgres`),
+    /// and refused before its first attempt.
+    ///
+    /// Not retried, and says nothing about the dependency
+    /// ([`Verdict::Ignored`](crate::Verdict::Ignored)): the call was never
+    /// made. Retrying there would hold the transaction's row locks through
+    /// every pause; retry around the transaction, or move the call out of
+    /// it.
+    #[error(
+        "a retry chain was started inside a database transaction: each pause would hold the transaction's row locks while other queries wait on them; retry around the transaction (the transaction helper already runs it again on 40001/40P01), or move the external call out of it, e.g. into an outbox table sent after the commit"
+    )]
+    RetryInsideTransaction,
 }
 
 fn after(attempts: u32) -> String {
@@ -251,6 +264,7 @@ impl From<Error> for std::io::Error {
             | Error::BudgetExhausted { .. }
             | Error::DeadlineExceeded { .. } => std::io::ErrorKind::TimedOut,
             Error::DependencyDown(_) => std::io::ErrorKind::ConnectionRefused,
+            Error::RetryInsideTransaction => std::io::ErrorKind::Other,
         };
         std::io::Error::new(kind, err)
     }

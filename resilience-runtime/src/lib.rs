@@ -11,7 +11,9 @@
 //!   `background` preset and hand a poison one to a dead-letter queue;
 //! - [`idempotency`]: keys that make a retried POST safe;
 //! - [`telemetry`]: the metrics, spans and events of SPEC §7;
-//! - `http` (feature `reqwest`): the reqwest integration.
+//! - `http` (feature `reqwest`): the reqwest integration;
+//! - `db` (feature `sqlx-postgres`): PostgreSQL transactions retried as a
+//!   whole on serialization failures and deadlocks.
 //!
 //! Applications normally depend on the `resilience` facade crate, which
 //! re-exports this one together with the `#[retry]` and
@@ -21,6 +23,8 @@
 
 pub mod breaker;
 pub mod consumer;
+#[cfg(feature = "sqlx-postgres")]
+pub mod db;
 pub mod deadline;
 mod error;
 #[cfg(feature = "reqwest")]

@@ -191,6 +191,12 @@ impl<R, P: Borrow<Policy>> Attempts<R, P> {
 
     #[inline(never)]
     fn begin_timed(&mut self, deadline: Option<Instant>) -> Result<Option<(Instant, Cut)>, GiveUp> {
+        // Inside a transaction opened by `db::transaction` a deadline is
+        // always in scope, so only this timed path needs to look.
+        #[cfg(feature = "sqlx-postgres")]
+        if deadline.is_some() && crate::db::scope::in_transaction() {
+            return Err(GiveUp::InTransaction);
+        }
         let timeout = self.policy().attempt_timeout();
         let mut timer = None;
         if deadline.is_some() || timeout.is_some() || self.start.is_some() {
@@ -249,6 +255,17 @@ impl<R, P: Borrow<Policy>> Attempts<R, P> {
     /// made, with the error [kept](Self::keep) or `last` as its cause.
     pub fn deadline_passed(&mut self, last: Option<Cause>) -> Error {
         Error::deadline_exceeded(self.attempt).with_last(last.or_else(|| self.last.take()))
+    }
+
+    /// The error for a chain whose attempt [`begin`](Self::begin) refused
+    /// to start for `reason`: [`Error::RetryInsideTransaction`] for
+    /// `GiveUp::InTransaction`, otherwise
+    /// [`deadline_passed`](Self::deadline_passed) with `last`.
+    pub fn refused(&mut self, reason: GiveUp, last: Option<Cause>) -> Error {
+        match reason {
+            GiveUp::InTransaction => Error::RetryInsideTransaction,
+            _ => self.deadline_passed(last),
+        }
     }
 
     /// Keeps a failed attempt's error, to hand it over as the cause of a

@@ -19,7 +19,7 @@
 //! | SQLSTATE `23503`, `23505` and every other code | [`Verdict::Permanent`] | success |
 //! | a per-attempt timeout ([`Error::AttemptTimeout`]) | [`Verdict::Transient`] | failure |
 //! | the retry budget or the caller's deadline spent with an attempt made ([`Error::BudgetExhausted`], [`Error::DeadlineExceeded`]) | [`Verdict::Fatal`] | failure |
-//! | the caller's deadline passed before any attempt, an open breaker further in | [`Verdict::Ignored`] | ignored |
+//! | the caller's deadline passed before any attempt, an open breaker further in, a retry refused inside a transaction | [`Verdict::Ignored`] | ignored |
 //!
 //! A call the caller cancelled (its future dropped) has no verdict: it
 //! counts for nothing.
@@ -316,9 +316,9 @@ impl Classify for Error {
         match self {
             Error::AttemptTimeout(_) => Verdict::Transient,
             Error::BudgetExhausted { .. } => Verdict::Fatal,
-            Error::DeadlineExceeded { attempts: 0, .. } | Error::DependencyDown(_) => {
-                Verdict::Ignored
-            }
+            Error::DeadlineExceeded { attempts: 0, .. }
+            | Error::DependencyDown(_)
+            | Error::RetryInsideTransaction => Verdict::Ignored,
             Error::DeadlineExceeded { .. } => Verdict::Fatal,
         }
     }
@@ -332,6 +332,7 @@ impl Classify for Error {
             | Error::BudgetExhausted { .. }
             | Error::DeadlineExceeded { .. } => Some(Reason::Timeout),
             Error::DependencyDown(_) => Some(Reason::CircuitOpen),
+            Error::RetryInsideTransaction => None,
         }
     }
 }

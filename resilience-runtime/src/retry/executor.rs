@@ -122,6 +122,10 @@ pub enum GiveUp {
     /// The chain runs inside another chain's attempt, which retries: see
     /// [`layer`](super::layer).
     Nested,
+    /// The chain was started inside a database transaction opened by the
+    /// transaction helper, and refused before its first attempt
+    /// ([`Error::RetryInsideTransaction`]).
+    InTransaction,
 }
 
 impl GiveUp {
@@ -134,6 +138,7 @@ impl GiveUp {
             GiveUp::Elapsed => "elapsed",
             GiveUp::Deadline => "deadline",
             GiveUp::Nested => "nested",
+            GiveUp::InTransaction => "in_transaction",
         }
     }
 }
@@ -438,7 +443,7 @@ impl<F, Fut, N, W, R> RetryProj<'_, F, Fut, N, W, R> {
         match self.attempts.begin() {
             Ok(timer) => self.timer.as_mut().start(timer),
             Err(reason) => {
-                let error = E::from(self.attempts.deadline_passed(None));
+                let error = E::from(self.attempts.refused(reason, None));
                 return Some(self.give_up(error, reason));
             }
         }

@@ -1,0 +1,269 @@
+//! A whole transaction, run again on a serialization failure or a deadlock.
+
+use std::fmt;
+
+use std::future::Future;
+use std::pin::Pin;
+
+use sqlx::{PgConnection, PgPool};
+use tokio::time::Instant;
+
+use super::scope;
+use crate::error::Error;
+use crate::retry::{Classify, Policy};
+
+/// The future of one run of a transaction's closure, borrowing the
+/// transaction's connection for `'c` (the same as `futures::future::BoxFuture`).
+pub type BoxFuture<'c, T> = Pin<Box<dyn Future<Output = T> + Send + 'c>>;
+
+/// The isolation level a [`Transaction`] begins with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Isolation {
+    /// The server's default (`Read Committed` unless configured otherwise):
+    /// a plain `BEGIN`.
+    Default,
+    /// `READ COMMITTED`.
+    ReadCommitted,
+    /// `REPEATABLE READ`: may fail with `40001` on a concurrent update.
+    RepeatableRead,
+    /// `SERIALIZABLE`: fails with `40001` whenever the transactions running
+    /// together could not have run one after the other.
+    Serializable,
+}
+
+impl Isolation {
+    /// The statement that begins a transaction at this level.
+    ///
+    /// ```
+    /// use resilience_runtime::db::Isolation;
+    ///
+    /// assert_eq!(Isolation::Serializable.begin(), "BEGIN ISOLATION LEVEL SERIALIZABLE");
+    /// assert_eq!(Isolation::Default.begin(), "BEGIN");
+    /// ```
+    pub const fn begin(self) -> &'static str {
+        match self {
+            Isolation::Default => "BEGIN",
+            Isolation::ReadCommitted => "BEGIN ISOLATION LEVEL READ COMMITTED",
+            Isolation::RepeatableRead => "BEGIN ISOLATION LEVEL REPEATABLE READ",
+            Isolation::Serializable => "BEGIN ISOLATION LEVEL SERIALIZABLE",
+        }
+    }
+}
+
+/// A transaction on a PostgreSQL pool: begin, run a closure on the
+/// transaction's connection, commit; on `40001` serialization_failure or
+/// `40P01` deadlock_detected (at any statement, the commit included), roll
+/// back and run the **whole transaction** again, under
+/// [`Policy::db_tx`] by default (3 attempts, pauses of 10 ms·n² plus up to
+/// 25 %) and the caller's [deadline](crate::deadline). Every other error
+/// rolls back and is returned at once, after one attempt.
+///
+/// Built by [`transaction`]; see the [module docs](super) for when to use
+/// it.
+///
+/// ```no_run
+/// use resilience_runtime::db;
+///
+/// # async fn demo(pool: sqlx::PgPool) -> Result<(), sqlx::Error> {
+/// db::transaction(&pool)
+///     .serializable()
+///     .run(|tx| {
+///         Box::pin(async move {
+///             sqlx::query("UPDATE accounts SET balance = balance - 10 WHERE id = 1")
+///                 .execute(&mut *tx)
+///                 .await?;
+///             sqlx::query("UPDATE accounts SET balance = balance + 10 WHERE id = 2")
+///                 .execute(&mut *tx)
+///                 .await?;
+///             Ok(())
+///         })
+///     })
+///     .await
+/// # }
+/// ```
+///
+/// The closure borrows the transaction's connection only: it cannot commit,
+/// roll back or reach the pool, and it runs once per attempt, so it must
+/// not carry side effects outside the database (send a message through an
+/// outbox table instead). A retry chain started inside it, by hand or by
+/// `#[retry]`, fails before its first attempt with
+/// [`Error::RetryInsideTransaction`]. Inside it,
+/// [`deadline::current`](crate::deadline::current) is the transaction's
+/// time bound: the caller's deadline or the end of the policy's
+/// `max_elapsed`, whichever is earlier.
+#[derive(Clone, Copy)]
+#[must_use = "a transaction does nothing until `run` or `attempt` is awaited"]
+pub struct Transaction<'p> {
+    pool: &'p PgPool,
+    isolation: Isolation,
+    policy: Policy,
+}
+
+/// A [`Transaction`] on `pool`, at the server's default isolation level
+/// under [`Policy::db_tx`].
+///
+/// ```no_run
+/// use resilience_runtime::db::{self, Isolation};
+/// use resilience_runtime::retry::Policy;
+///
+/// # async fn demo(pool: sqlx::PgPool) -> Result<(), sqlx::Error> {
+/// let count: i64 = db::transaction(&pool)
+///     .isolation(Isolation::RepeatableRead)
+///     .policy(Policy::db_tx())
+///     .run(|tx| Box::pin(sqlx::query_scalar("SELECT count(*) FROM orders").fetch_one(&mut *tx)))
+///     .await?;
+/// # Ok(()) }
+/// ```
+pub fn transaction(pool: &PgPool) -> Transaction<'_> {
+    Transaction {
+        pool,
+        isolation: Isolation::Default,
+        policy: Policy::db_tx(),
+    }
+}
+
+impl<'p> Transaction<'p> {
+    /// Begins at `isolation` instead of the server's default.
+    pub const fn isolation(mut self, isolation: Isolation) -> Self {
+        self.isolation = isolation;
+        self
+    }
+
+    /// Begins at `SERIALIZABLE`: the case this helper is for.
+    pub const fn serializable(self) -> Self {
+        self.isolation(Isolation::Serializable)
+    }
+
+    /// Runs under `policy` instead of [`Policy::db_tx`].
+    pub const fn policy(mut self, policy: Policy) -> Self {
+        self.policy = policy;
+        self
+    }
+
+    /// The isolation level the transaction begins with.
+    pub const fn isolation_level(&self) -> Isolation {
+        self.isolation
+    }
+
+    /// Runs the transaction, again from `BEGIN` on a serialization failure
+    /// or a deadlock, and returns what the closure returned once it
+    /// committed; see [`Transaction`].
+    ///
+    /// The closure is called once per attempt and returns its work boxed,
+    /// `|tx| Box::pin(async move { … })`, as sqlx's own
+    /// `Connection::transaction` takes it: an `async` closure called more
+    /// than once cannot, today, give a future that is `Send` for every
+    /// borrow of the connection, and a handler's future must be `Send`.
+    /// As with sqlx's, the future may borrow the connection only: move
+    /// into it what it needs (clone inputs per attempt, share counters by
+    /// `Arc`).
+    ///
+    /// The error type is the closure's: `sqlx::Error` itself, or any type
+    /// that [classifies](Classify) its errors and is built from both
+    /// `sqlx::Error` (begin and commit fail with it) and the runtime's
+    /// [`Error`] (a passed deadline, a spent budget).
+    pub async fn run<T, E, F>(self, f: F) -> Result<T, E>
+    where
+        F: for<'c> FnMut(&'c mut PgConnection) -> BoxFuture<'c, Result<T, E>>,
+        E: Classify + From<sqlx::Error> + From<Error>,
+    {
+        let until = Instant::now().checked_add(self.policy.max_elapsed());
+        // The executor drops an attempt before it starts the next, so the
+        // lock is never contended: it only lends the closure to one
+        // attempt's future at a time.
+        let f = tokio::sync::Mutex::new(f);
+        let (this, f) = (&self, &f);
+        self.policy
+            .retry(move || async move {
+                let mut f = f.lock().await;
+                let mut tx = this.pool.begin_with(this.isolation.begin()).await?;
+                let result = scope::open(bound(until), (*f)(&mut tx)).await;
+                finish(tx, result).await
+            })
+            .await
+    }
+
+    /// Runs the transaction once: begin, the closure, commit, or roll back
+    /// on an error. For a fn whose `#[retry(preset = "db_tx")]` re-runs the
+    /// whole transaction on each attempt:
+    ///
+    /// ```no_run
+    /// use resilience_runtime::db;
+    ///
+    /// // With the `resilience` facade:
+    /// // #[resilience::retry(preset = "db_tx")]
+    /// async fn transfer(pool: &sqlx::PgPool, from: i64, to: i64) -> Result<(), sqlx::Error> {
+    ///     db::transaction(pool)
+    ///         .serializable()
+    ///         .attempt(async |tx| {
+    ///             sqlx::query("UPDATE accounts SET balance = balance - 10 WHERE id = $1")
+    ///                 .bind(from)
+    ///                 .execute(&mut *tx)
+    ///                 .await?;
+    ///             sqlx::query("UPDATE accounts SET balance = balance + 10 WHERE id = $1")
+    ///                 .bind(to)
+    ///                 .execute(&mut *tx)
+    ///                 .await?;
+    ///             Ok(())
+    ///         })
+    ///         .await
+    /// }
+    /// ```
+    ///
+    /// The same guard holds: a retry chain started inside the closure fails
+    /// before its first attempt.
+    pub async fn attempt<T, E, F>(self, f: F) -> Result<T, E>
+    where
+        F: AsyncFnOnce(&mut PgConnection) -> Result<T, E>,
+        E: From<sqlx::Error>,
+    {
+        let until = Instant::now().checked_add(self.policy.max_elapsed());
+        self.attempt_until(until, f).await
+    }
+
+    async fn attempt_until<T, E, F>(&self, until: Option<Instant>, f: F) -> Result<T, E>
+    where
+        F: AsyncFnOnce(&mut PgConnection) -> Result<T, E>,
+        E: From<sqlx::Error>,
+    {
+        let mut tx = self.pool.begin_with(self.isolation.begin()).await?;
+        let result = scope::open(bound(until), f(&mut tx)).await;
+        finish(tx, result).await
+    }
+}
+
+/// The transaction's time bound, or an hour when the budget is too long to
+/// represent (no policy reaches it): a deadline must be in scope for the
+/// guard, see `scope`.
+fn bound(until: Option<Instant>) -> Instant {
+    until.unwrap_or_else(|| Instant::now() + std::time::Duration::from_secs(3600))
+}
+
+/// Commits after `Ok`, rolls back after `Err`.
+async fn finish<T, E: From<sqlx::Error>>(
+    tx: sqlx::PgTransaction<'static>,
+    result: Result<T, E>,
+) -> Result<T, E> {
+    match result {
+        Ok(value) => {
+            tx.commit().await?;
+            Ok(value)
+        }
+        Err(error) => {
+            // The closure's error is the one that matters; a rollback that
+            // fails leaves a broken connection, which the pool closes.
+            let _ = tx.rollback().await;
+            Err(error)
+        }
+    }
+}
+
+impl fmt::Debug for Transaction<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Transaction")
+            .field("isolation", &self.isolation)
+            .field("policy", &self.policy)
+            .finish_non_exhaustive()
+    }
+}
