@@ -67,6 +67,11 @@ pub(crate) fn expand(args: TokenStream, input: TokenStream) -> TokenStream {
     let async_trait = crate::async_trait::detect(&item);
     validate::fn_shape(&item, async_trait.is_some(), "circuit_breaker", &mut errors);
     let result = sig::result_type_for(&item, async_trait.as_ref(), "circuit_breaker");
+    if let Ok(result) = &result {
+        if let Err(err) = validate::breaker_target(&result.ty) {
+            errors.push(err);
+        }
+    }
     let copies = retry.is_some() || breaker.fallback.is_some();
     let mut rewritten = item.clone();
     let params = sig::params(&mut rewritten.sig, copies && async_trait.is_none());

@@ -212,6 +212,77 @@ pub(crate) fn breaker(args: &BreakerArgs, errors: &mut Errors) {
     }
 }
 
+/// Crates whose errors come from a database client: a fn that fails with
+/// one of them calls a database, through its pool.
+const DATABASE_CRATES: &[&str] = &[
+    "sqlx",
+    "tokio_postgres",
+    "postgres",
+    "deadpool_postgres",
+    "bb8_postgres",
+    "diesel",
+    "diesel_async",
+    "sea_orm",
+    "mysql_async",
+];
+
+/// A breaker around the database pool is refused: the pool already queues
+/// the calls and fails fast when it is exhausted, so the breaker is one
+/// layer too many; the database's protection is the pool's size and
+/// `statement_timeout`. The signal is the error type: `sqlx::Error`,
+/// `sqlx::Result<T>`, `tokio_postgres::Error`… (written with its crate's
+/// path).
+pub(crate) fn breaker_target(ty: &syn::Type) -> syn::Result<()> {
+    let Some((error, alias)) = database_error(ty) else {
+        return Ok(());
+    };
+    let written = quote::quote!(#error).to_string().replace(' ', "");
+    let what = if alias {
+        format!("the error of `{written}`")
+    } else {
+        format!("`{written}`")
+    };
+    Err(syn::Error::new_spanned(
+        error,
+        format!(
+            "`#[circuit_breaker]` around a database: the fn fails with {what}, a database client's error, and a breaker does not belong in front of a database pool\n  = note: the pool already queues the calls and fails fast when it is exhausted; a breaker on top adds nothing but a second, blind way to fail\n  = help: protect the database with the pool's size and `statement_timeout`, and remove `#[circuit_breaker]`; keep `#[retry(preset = \"db_tx\")]` for serialization failures and deadlocks"
+        ),
+    ))
+}
+
+/// The database client's error in `ty`, a fn's return type: the `E` of
+/// `Result<T, E>`, or the whole type for a crate's own `Result<T>` alias.
+/// `true` with it when `ty` is such an alias.
+fn database_error(ty: &syn::Type) -> Option<(&syn::Type, bool)> {
+    let syn::Type::Path(path) = ty else {
+        return None;
+    };
+    let segments = &path.path.segments;
+    if from_database_crate(&path.path) {
+        return Some((ty, true));
+    }
+    let last = segments.last()?;
+    let syn::PathArguments::AngleBracketed(args) = &last.arguments else {
+        return None;
+    };
+    match args.args.iter().nth(1) {
+        Some(syn::GenericArgument::Type(error @ syn::Type::Path(error_path)))
+            if from_database_crate(&error_path.path) =>
+        {
+            Some((error, false))
+        }
+        _ => None,
+    }
+}
+
+fn from_database_crate(path: &syn::Path) -> bool {
+    path.segments.len() > 1
+        && path
+            .segments
+            .first()
+            .is_some_and(|first| DATABASE_CRATES.iter().any(|name| first.ident == name))
+}
+
 /// `#[retry]` and `#[circuit_breaker]` rewrite the body to run it once per
 /// attempt: only an `async fn` has a body that can run again.
 /// Both attributes rewrite the same kind of fn: written applied more than
