@@ -63,7 +63,7 @@
 //!
 //! One `call` is one logical call, however many attempts the retry chain
 //! inside it makes (caller → breaker → retry → transport). A call is cut
-//! by the caller's [`deadline`](crate::deadline) even without a retry
+//! by the caller's [`deadline`] even without a retry
 //! chain inside, and a half-open probe by its
 //! [`probe_timeout`](BreakerConfig::with_probe_timeout): both count as
 //! failures.
@@ -305,7 +305,7 @@ impl CircuitBreaker {
     ///
     /// The outcome is `E`'s [`Classify::outcome`]: a permanent error counts
     /// as a success. The call is cut, and counted as a failure, when the
-    /// caller's [`deadline`](crate::deadline) passes
+    /// caller's [`deadline`] passes
     /// ([`Error::DeadlineExceeded`]) or, for a half-open probe, when its
     /// [`probe_timeout`](BreakerConfig::with_probe_timeout) does
     /// ([`Error::AttemptTimeout`]). Dropping the returned future before it
