@@ -13,7 +13,9 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use lapin::options::{BasicGetOptions, BasicPublishOptions, QueueDeclareOptions, QueueDeleteOptions};
+use lapin::options::{
+    BasicGetOptions, BasicPublishOptions, QueueDeclareOptions, QueueDeleteOptions,
+};
 use lapin::types::FieldTable;
 use lapin::{BasicProperties, Channel, Connection};
 use resilience_runtime::consumer::rabbitmq::{self, DeadLetterRoute, RabbitMq, header_text};
@@ -85,9 +87,9 @@ struct Queues {
 
 impl Queues {
     async fn declare() -> Queues {
-        let connection = rabbitmq::connect(&amqp_addr()).await.expect(
-            "RabbitMQ on 127.0.0.1:5672 (start it with `bash .ci/run`, or set AMQP_ADDR)",
-        );
+        let connection = rabbitmq::connect(&amqp_addr())
+            .await
+            .expect("RabbitMQ on 127.0.0.1:5672 (start it with `bash .ci/run`, or set AMQP_ADDR)");
         let channel = connection.create_channel().await.unwrap();
         let work = unique("orders");
         let dlq = format!("{work}.dlq");
@@ -172,7 +174,8 @@ impl Script {
         &self,
     ) -> impl Fn(
         Message,
-    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), Failed>> + Send>>
+    )
+        -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), Failed>> + Send>>
     + Send
     + Sync
     + use<> {
@@ -270,7 +273,10 @@ async fn a_poison_message_is_dead_lettered_after_six_attempts_and_the_others_are
     // Exactly 6 attempts at the preset's pauses (shortened), ±25 %.
     let times = script.times("poison");
     assert_eq!(times.len(), 6);
-    let pauses: Vec<u128> = times.windows(2).map(|w| (w[1] - w[0]).as_millis()).collect();
+    let pauses: Vec<u128> = times
+        .windows(2)
+        .map(|w| (w[1] - w[0]).as_millis())
+        .collect();
     for (pause, base) in pauses.iter().zip([20u128, 40, 80, 160, 320]) {
         let (low, high) = (base * 3 / 4, base * 5 / 4 + 50);
         assert!(
@@ -284,7 +290,11 @@ async fn a_poison_message_is_dead_lettered_after_six_attempts_and_the_others_are
     let letter = &letters[0].delivery;
     assert_eq!(letter.data, b"poison");
     assert_eq!(
-        letter.properties.message_id().as_ref().map(|id| id.as_str()),
+        letter
+            .properties
+            .message_id()
+            .as_ref()
+            .map(|id| id.as_str()),
         Some("m-2")
     );
     let headers = letter.properties.headers().clone().unwrap_or_default();
@@ -372,7 +382,10 @@ async fn a_consumer_killed_after_applying_before_acking_does_not_apply_the_redel
     let left = queues.delete().await;
 
     assert_eq!(applied_by_a, Disposition::Processed { attempts: 1 });
-    assert!(redelivered, "the broker redelivered the unacknowledged message");
+    assert!(
+        redelivered,
+        "the broker redelivered the unacknowledged message"
+    );
     assert_eq!(disposition, Disposition::Duplicate(Settled::Applied));
     assert_eq!(script.applied(), ["ok-1"], "applied once");
     assert_eq!(record.as_deref(), Some("applied"));

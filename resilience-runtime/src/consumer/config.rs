@@ -111,7 +111,11 @@ impl ConsumerConfig {
     /// assert_eq!(config.ack_deadline(), Duration::from_secs(5));
     /// # Ok::<(), resilience_runtime::ConfigError>(())
     /// ```
-    pub fn new(labels: Labels, policy: Policy, ack_deadline: Duration) -> Result<Self, ConfigError> {
+    pub fn new(
+        labels: Labels,
+        policy: Policy,
+        ack_deadline: Duration,
+    ) -> Result<Self, ConfigError> {
         let subject = format!("consumer `{}`", labels.target());
         if ack_deadline.is_zero() {
             return Err(ConfigError::new(
@@ -415,7 +419,9 @@ mod tests {
         let err = ConsumerConfig::background(ORDERS, Duration::ZERO).unwrap_err();
         assert_eq!((err.field(), err.value()), ("ack_deadline", "0s"));
         let config = ConsumerConfig::background(ORDERS, Duration::from_secs(600)).unwrap();
-        let err = config.with_settled_ttl(Duration::from_secs(60)).unwrap_err();
+        let err = config
+            .with_settled_ttl(Duration::from_secs(60))
+            .unwrap_err();
         assert_eq!((err.field(), err.value()), ("settled_ttl", "60s"));
         assert!(err.reason().contains("`ack_deadline = 600s`"), "{err}");
     }

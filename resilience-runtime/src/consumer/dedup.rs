@@ -205,7 +205,11 @@ pub trait Dedup: Send + Sync {
 
     /// Frees `id` if `lease` still holds it, so that the message can run
     /// again (it was handed back to the broker unsettled).
-    fn release(&self, id: &str, lease: Lease) -> impl Future<Output = Result<(), DedupError>> + Send;
+    fn release(
+        &self,
+        id: &str,
+        lease: Lease,
+    ) -> impl Future<Output = Result<(), DedupError>> + Send;
 }
 
 /// No deduplication: every delivery runs the handler. The default of a

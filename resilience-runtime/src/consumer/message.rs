@@ -215,7 +215,10 @@ pub trait Broker: Send + Sync {
     fn message(&self, delivery: &Self::Delivery) -> Message;
 
     /// Acknowledges the delivery: it is done.
-    fn ack(&self, delivery: &Self::Delivery) -> impl Future<Output = Result<(), Self::Error>> + Send;
+    fn ack(
+        &self,
+        delivery: &Self::Delivery,
+    ) -> impl Future<Output = Result<(), Self::Error>> + Send;
 
     /// Hands the delivery back to the broker, unsettled.
     fn requeue(

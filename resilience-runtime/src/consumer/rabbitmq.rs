@@ -252,10 +252,7 @@ impl RabbitMq {
             "x-resilience-attempts".into(),
             AMQPValue::LongUInt(letter.attempts),
         );
-        headers.insert(
-            "x-resilience-give-up".into(),
-            text(letter.reason.as_str()),
-        );
+        headers.insert("x-resilience-give-up".into(), text(letter.reason.as_str()));
         headers.insert("x-resilience-queue".into(), text(&self.queue));
         headers
     }
@@ -295,7 +292,11 @@ impl Broker for RabbitMq {
         Ok(())
     }
 
-    async fn dead_letter(&self, delivery: &Delivery, letter: &DeadLetter) -> Result<(), RabbitError> {
+    async fn dead_letter(
+        &self,
+        delivery: &Delivery,
+        letter: &DeadLetter,
+    ) -> Result<(), RabbitError> {
         let properties = delivery
             .properties
             .clone()

@@ -294,7 +294,10 @@ async fn a_message_applied_but_not_acknowledged_is_not_applied_again() {
 
     // Applied, then the consumer dies before `settle`.
     let handled = consumer.handle(message.clone()).await;
-    assert_eq!(handled.disposition(), &Disposition::Processed { attempts: 1 });
+    assert_eq!(
+        handled.disposition(),
+        &Disposition::Processed { attempts: 1 }
+    );
     drop(handled);
 
     // The redelivery, to another consumer sharing the deduplicator.
