@@ -3,7 +3,11 @@
 //! first attempt succeeds against the bare fn.
 //!
 //! `cargo bench --bench macros -- --warm-up-time 1 --measurement-time 3`
+//!
+//! Every body awaits a ready future, as a real call awaits its transport
+//! (a breaker around a body that awaits nothing does not compile).
 
+use std::future::ready;
 use std::hint::black_box;
 
 use criterion::{Criterion, criterion_group, criterion_main};
@@ -18,14 +22,14 @@ type Error = std::io::Error;
 
 #[inline(never)]
 async fn get_user(id: u64) -> Result<u64, Error> {
-    Ok(black_box(id) + 1)
+    ready(Ok(black_box(id) + 1)).await
 }
 
 // The same body, expanded by the macro.
 #[inline(never)]
 #[retry(max = 3, initial = "100ms")]
 async fn get_user_retried(id: u64) -> Result<u64, Error> {
-    Ok(black_box(id) + 1)
+    ready(Ok(black_box(id) + 1)).await
 }
 
 // Both layers, as in the README: breaker around retry.
@@ -33,19 +37,21 @@ async fn get_user_retried(id: u64) -> Result<u64, Error> {
 #[circuit_breaker(name = "bench-user", ratio = 0.5, min = 20)]
 #[retry(max = 3, initial = "100ms")]
 async fn get_user_protected(id: u64) -> Result<u64, Error> {
-    Ok(black_box(id) + 1)
+    ready(Ok(black_box(id) + 1)).await
 }
 
 #[inline(never)]
 #[circuit_breaker(name = "bench-breaker-only", ratio = 0.5, min = 20)]
 async fn get_user_breaker(id: u64) -> Result<u64, Error> {
-    Ok(black_box(id) + 1)
+    ready(Ok(black_box(id) + 1)).await
 }
 
 #[inline(never)]
 async fn get_user_breaker_by_hand(id: u64) -> Result<u64, Error> {
     let breaker = breaker_by_hand();
-    breaker.call(async move { Ok(black_box(id) + 1) }).await
+    breaker
+        .call(async move { ready(Ok(black_box(id) + 1)).await })
+        .await
 }
 
 #[inline(never)]
@@ -53,7 +59,7 @@ async fn get_user_both_by_hand(id: u64) -> Result<u64, Error> {
     let breaker = breaker_both_by_hand();
     let policy = resolved_policy();
     breaker
-        .call(policy.retry(|| async move { Ok(black_box(id) + 1) }))
+        .call(policy.retry(|| async move { ready(Ok(black_box(id) + 1)).await }))
         .await
 }
 
@@ -93,7 +99,9 @@ fn resolved_policy() -> Policy {
 #[inline(never)]
 async fn get_user_by_hand(id: u64) -> Result<u64, Error> {
     let policy = resolved_policy();
-    policy.retry(|| async move { Ok(black_box(id) + 1) }).await
+    policy
+        .retry(|| async move { ready(Ok(black_box(id) + 1)).await })
+        .await
 }
 
 // The same, with the telemetry the attributes emit (span, duration,
@@ -106,7 +114,7 @@ async fn get_user_by_hand_observed(id: u64) -> Result<u64, Error> {
     telemetry::observe(
         BY_HAND,
         policy
-            .retry(|| async move { Ok(black_box(id) + 1) })
+            .retry(|| async move { ready(Ok(black_box(id) + 1)).await })
             .notify_with(RetryMetrics::new(BY_HAND)),
     )
     .await
@@ -115,7 +123,11 @@ async fn get_user_by_hand_observed(id: u64) -> Result<u64, Error> {
 #[inline(never)]
 async fn get_user_breaker_by_hand_observed(id: u64) -> Result<u64, Error> {
     let breaker = breaker_by_hand();
-    telemetry::observe(BY_HAND, breaker.call(async move { Ok(black_box(id) + 1) })).await
+    telemetry::observe(
+        BY_HAND,
+        breaker.call(async move { ready(Ok(black_box(id) + 1)).await }),
+    )
+    .await
 }
 
 #[inline(never)]
@@ -126,7 +138,7 @@ async fn get_user_both_by_hand_observed(id: u64) -> Result<u64, Error> {
         BY_HAND,
         breaker.call(
             policy
-                .retry(|| async move { Ok(black_box(id) + 1) })
+                .retry(|| async move { ready(Ok(black_box(id) + 1)).await })
                 .notify_with(RetryMetrics::new(BY_HAND)),
         ),
     )

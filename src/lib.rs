@@ -14,9 +14,13 @@
 //! #[retry(max = 3, initial = "100ms")]
 //! async fn create_order(key: IdempotencyKey, cents: u64) -> Result<u64, std::io::Error> {
 //!     // every attempt sends the same `key` in its `Idempotency-Key` header
-//!     # let _ = key;
-//!     Ok(cents)
+//!     orders_api::post(&key, cents).await
 //! }
+//! # mod orders_api {
+//! #     pub async fn post(_: &resilience::IdempotencyKey, cents: u64) -> Result<u64, std::io::Error> {
+//! #         Ok(cents)
+//! #     }
+//! # }
 //!
 //! # #[tokio::main(flavor = "current_thread", start_paused = true)] async fn main() {
 //! assert_eq!(create_order(IdempotencyKey::new(), 4200).await.unwrap(), 4200);

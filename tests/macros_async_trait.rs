@@ -27,14 +27,14 @@ struct Client {
 impl Users for Client {
     #[retry(max = 3)]
     async fn get_user(&self, id: u64) -> Result<u64, ClientError> {
-        self.script.call()?;
+        self.script.send().await?;
         Ok(id)
     }
 
     #[retry(max = 3)]
     async fn put_name(&mut self, mut name: String) -> Result<String, ClientError> {
         self.renames += 1;
-        self.script.call()?;
+        self.script.send().await?;
         name.push('!');
         Ok(name)
     }
@@ -42,13 +42,13 @@ impl Users for Client {
     #[circuit_breaker(name = "async-trait-users", fallback = Self::get_sum_cached)]
     #[retry(max = 2)]
     async fn get_sum(&self, (a, b): (u64, u64)) -> Result<u64, ClientError> {
-        self.script.call()?;
+        self.script.send().await?;
         Ok(a + b)
     }
 
     #[retry]
     async fn get_shared(self: Arc<Self>) -> Result<u32, ClientError> {
-        self.script.call()?;
+        self.script.send().await?;
         Ok(self.script.calls())
     }
 }

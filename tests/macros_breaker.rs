@@ -27,12 +27,12 @@ fn is_down(result: &Result<(), ClientError>, name: &str) -> bool {
 // Two fns calling the same dependency share its breaker by name.
 #[circuit_breaker(name = "shared", min = 4, ratio = 0.5, cooldown = "30s")]
 async fn get_profile(script: &Script) -> Result<(), ClientError> {
-    script.call()
+    script.send().await
 }
 
 #[circuit_breaker(name = "shared", min = 4, ratio = 0.5, cooldown = "30s")]
 async fn get_avatar(script: &Script) -> Result<(), ClientError> {
-    script.call()
+    script.send().await
 }
 
 #[tokio::test(start_paused = true)]
@@ -61,7 +61,7 @@ async fn a_breaker_shared_by_name_trips_for_both_fns_and_then_runs_nothing() {
 #[circuit_breaker(name = "once", min = 3, ratio = 0.5)]
 #[retry(max = 3)]
 async fn get_order(script: &Script) -> Result<(), ClientError> {
-    script.call()
+    script.send().await
 }
 
 #[tokio::test(start_paused = true)]
@@ -77,7 +77,7 @@ async fn the_breaker_counts_one_logical_call_once() {
 #[circuit_breaker(name = "no-retry-when-open", min = 1, ratio = 1.0)]
 #[retry(max = 3)]
 async fn get_invoice(script: &Script) -> Result<(), ClientError> {
-    script.call()
+    script.send().await
 }
 
 #[tokio::test(start_paused = true)]
@@ -102,7 +102,7 @@ impl Catalog {
     #[circuit_breaker(name = "catalog", min = 4, ratio = 0.5, fallback = Self::get_cached)]
     #[retry(max = 2)]
     async fn get_price(&self, sku: String) -> Result<String, ClientError> {
-        self.script.call()?;
+        self.script.send().await?;
         Ok(format!("live:{sku}"))
     }
 

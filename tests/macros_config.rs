@@ -20,7 +20,7 @@ ratio = 1.0
 #[circuit_breaker(name = "inventory", min = 2, ratio = 0.1)]
 #[retry(name = "inventory.get", max = 2)]
 async fn get_stock(script: &Script) -> Result<(), ClientError> {
-    script.call()
+    script.send().await
 }
 
 #[tokio::test(start_paused = true)]

@@ -17,7 +17,7 @@ impl Prices {
     #[circuit_breaker(name = "prices", min = 2, ratio = 0.5, fallback = Self::cached)]
     #[retry(name = "prices", max = 2)]
     async fn get_price(&self, sku: String) -> Result<String, ClientError> {
-        self.script.call()?;
+        self.script.send().await?;
         Ok(format!("live:{sku}"))
     }
 

@@ -22,7 +22,7 @@ impl Users {
     #[circuit_breaker(name = "users-api", min = 2, cooldown = "30s")]
     #[retry(max = 2, initial = "100ms")]
     async fn get(&self) -> Result<(), ClientError> {
-        self.script.call()
+        self.script.send().await
     }
 }
 
@@ -33,7 +33,7 @@ struct Orders {
 impl Orders {
     #[retry(max = 2, initial = "100ms")]
     async fn get(&self) -> Result<(), ClientError> {
-        self.script.call()
+        self.script.send().await
     }
 }
 

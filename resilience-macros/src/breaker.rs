@@ -72,6 +72,9 @@ pub(crate) fn expand(args: TokenStream, input: TokenStream) -> TokenStream {
             errors.push(err);
         }
     }
+    if let Err(err) = validate::breaker_body(&item) {
+        errors.push(err);
+    }
     let copies = retry.is_some() || breaker.fallback.is_some();
     let mut rewritten = item.clone();
     let params = sig::params(&mut rewritten.sig, copies && async_trait.is_none());

@@ -283,6 +283,74 @@ fn from_database_crate(path: &syn::Path) -> bool {
             .is_some_and(|first| DATABASE_CRATES.iter().any(|name| first.ident == name))
 }
 
+/// Macros that never await: a body whose only macros are these and that has
+/// no `.await` of its own runs nothing the async way.
+const NON_AWAITING_MACROS: &[&str] = &[
+    "assert",
+    "assert_eq",
+    "assert_ne",
+    "concat",
+    "dbg",
+    "debug",
+    "debug_assert",
+    "debug_assert_eq",
+    "debug_assert_ne",
+    "eprint",
+    "eprintln",
+    "error",
+    "event",
+    "format",
+    "format_args",
+    "info",
+    "matches",
+    "panic",
+    "print",
+    "println",
+    "stringify",
+    "todo",
+    "trace",
+    "unimplemented",
+    "unreachable",
+    "vec",
+    "warn",
+    "write",
+    "writeln",
+];
+
+/// A breaker around in-process code is refused: the signal is a body that
+/// awaits nothing (no `.await`, and no macro that could hide one), so it
+/// makes no network call the async way.
+pub(crate) fn breaker_body(item: &ItemFn) -> syn::Result<()> {
+    if awaits(quote::ToTokens::to_token_stream(&item.block)) {
+        return Ok(());
+    }
+    Err(syn::Error::new(
+        item.sig.ident.span(),
+        format!(
+            "`#[circuit_breaker]` on `{}`, whose body awaits nothing: a breaker protects calls over the network, and this fn runs in-process code\n  = note: a breaker opens when a remote dependency keeps failing or hanging, to stop calling it for a while; in-process code (a cache, a local file, a computation) is not overloaded by its callers and does not recover by being left alone\n  = help: remove `#[circuit_breaker]`, or put it on the fn that awaits the network call",
+            item.sig.ident
+        ),
+    ))
+}
+
+/// Whether `tokens` hold an `.await`, or a macro call that may hide one.
+fn awaits(tokens: proc_macro2::TokenStream) -> bool {
+    use proc_macro2::TokenTree;
+    let tokens: Vec<TokenTree> = tokens.into_iter().collect();
+    tokens.iter().enumerate().any(|(i, token)| match token {
+        TokenTree::Group(group) => awaits(group.stream()),
+        TokenTree::Ident(ident) if ident == "await" => {
+            i > 0 && matches!(&tokens[i - 1], TokenTree::Punct(p) if p.as_char() == '.')
+        }
+        TokenTree::Ident(ident) => {
+            matches!(tokens.get(i + 1), Some(TokenTree::Punct(p)) if p.as_char() == '!')
+                && matches!(tokens.get(i + 2), Some(TokenTree::Group(_)))
+                && !NON_AWAITING_MACROS.iter().any(|name| ident == name)
+        }
+        _ => false,
+    })
+}
+
 /// `#[retry]` and `#[circuit_breaker]` rewrite the body to run it once per
 /// attempt: only an `async fn` has a body that can run again.
 /// Both attributes rewrite the same kind of fn: written applied more than

@@ -3,7 +3,7 @@ use resilience::{circuit_breaker, retry};
 #[retry(max = 3)]
 #[circuit_breaker(name = "user")]
 async fn get_user(id: u64) -> Result<u64, std::io::Error> {
-    Ok(id)
+    std::future::ready(Ok(id)).await
 }
 
 fn main() {}

@@ -131,7 +131,7 @@ async fn get_traced(id: u64) -> Result<u64, Error> {
 #[circuit_breaker(name = "user", ratio = 0.5, min = 20)]
 #[retry(max = 3, initial = "100ms")]
 async fn get_user_protected(id: u64) -> Result<u64, Error> {
-    Ok(id)
+    std::future::ready(Ok(id)).await
 }
 
 #[circuit_breaker(
@@ -146,12 +146,12 @@ async fn get_user_protected(id: u64) -> Result<u64, Error> {
 #[tracing::instrument(skip(key))]
 async fn pay(key: IdempotencyKey, amount: u64) -> Result<u64, Error> {
     let _ = key;
-    Ok(amount)
+    std::future::ready(Ok(amount)).await
 }
 
 #[circuit_breaker(name = "thumbnails", preset = "relaxed", fallback = placeholder)]
 async fn render_thumbnail(id: u64, size: &str) -> Result<String, Error> {
-    Ok(format!("{id}@{size}"))
+    std::future::ready(Ok(format!("{id}@{size}"))).await
 }
 
 async fn placeholder(id: u64, size: &str) -> Result<String, Error> {
@@ -163,7 +163,7 @@ impl Client {
     #[retry]
     async fn get_name(&mut self, id: u64) -> Result<String, Error> {
         self.calls += 1;
-        Ok(format!("{}/{id}", self.base))
+        std::future::ready(Ok(format!("{}/{id}", self.base))).await
     }
 
     async fn get_cached(&mut self, id: u64) -> Result<String, Error> {
