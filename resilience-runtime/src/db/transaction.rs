@@ -192,7 +192,8 @@ impl<'p> Transaction<'p> {
     /// use resilience_runtime::db;
     ///
     /// // With the `resilience` facade:
-    /// // #[resilience::retry(preset = "db_tx")]
+    /// // #[resilience::retry(preset = "db_tx", idempotent)]: a transaction that
+    /// // failed with 40001 or 40P01 was rolled back, so it may run again.
     /// async fn transfer(pool: &sqlx::PgPool, from: i64, to: i64) -> Result<(), sqlx::Error> {
     ///     db::transaction(pool)
     ///         .serializable()
