@@ -287,22 +287,32 @@ impl OwnRedis {
             .local_addr()
             .unwrap()
             .port();
-        let child = std::process::Command::new("redis-server")
+        Self {
+            child: Self::spawn(port),
+            port,
+        }
+    }
+
+    /// A redis-server on `port`, once it answers.
+    fn spawn(port: u16) -> std::process::Child {
+        let mut child = std::process::Command::new("redis-server")
             .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
             .args(["--save", "", "--appendonly", "no"])
             .stdout(std::process::Stdio::null())
             .spawn()
             .expect("redis-server must be on the PATH");
-        let server = Self { child, port };
+        let url = format!("redis://127.0.0.1:{port}/");
         for _ in 0..100 {
-            if redis::Client::open(server.url())
+            if redis::Client::open(url.as_str())
                 .and_then(|client| client.get_connection())
                 .is_ok()
             {
-                return server;
+                return child;
             }
             std::thread::sleep(Duration::from_millis(20));
         }
+        let _ = child.kill();
+        let _ = child.wait();
         panic!("redis-server on port {port} did not start");
     }
 
@@ -326,11 +336,27 @@ impl OwnRedis {
     fn resume(&self) {
         self.signal("-CONT");
     }
+
+    /// Kills the server (SIGKILL): its connections are closed, new ones
+    /// refused.
+    fn kill(&mut self) {
+        self.child.kill().unwrap();
+        self.child.wait().unwrap();
+    }
+
+    /// A new, empty server on the same port, once it answers.
+    fn restart(&mut self) {
+        self.child = Self::spawn(self.port);
+    }
 }
 
 impl Drop for OwnRedis {
     fn drop(&mut self) {
-        self.signal("-CONT");
+        // Resumed first in case a test stopped it; a killed one is gone.
+        let _ = std::process::Command::new("kill")
+            .args(["-CONT", &self.child.id().to_string()])
+            .stderr(std::process::Stdio::null())
+            .status();
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
@@ -539,4 +565,113 @@ async fn redis_backed_layer_delivers_the_response_when_redis_hangs_before_comple
     let replay = p.send_until_settled("/commit", "pay-2").await;
     assert_eq!(replay, (StatusCode::CREATED, true, "paid 2".into()));
     assert_eq!(p.applied(), 2);
+}
+
+/// Sends `/pay` with `key` and measures the answer.
+async fn timed(p: &Payments, key: &str) -> ((StatusCode, bool, String), Duration) {
+    let asked = Instant::now();
+    let reply = timeout(Duration::from_secs(10), p.send("/pay", key))
+        .await
+        .expect("a dead Redis must not hang the request");
+    (reply, asked.elapsed())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "starts its own redis-server (must be on the PATH)"]
+async fn redis_backed_layer_answers_503_at_once_when_redis_is_dead() {
+    let mut redis = OwnRedis::start();
+    let store = RedisStore::connect(&redis.url()).await.unwrap();
+    let p = Payments::new(store);
+    assert_eq!(p.send("/pay", "warm-up").await.0, StatusCode::CREATED);
+
+    redis.kill();
+    // The first request finds the connection closed, the next ones find
+    // connections refused; none waits out `store_timeout` (1 s).
+    for n in 0..10 {
+        let (reply, waited) = timed(&p, &format!("pay-{n}")).await;
+        eprintln!("request {n}: {} after {waited:?}, Redis dead", reply.0);
+        assert_eq!(reply.0, StatusCode::SERVICE_UNAVAILABLE, "{reply:?}");
+        assert!(
+            reply
+                .2
+                .contains("idempotency store `redis` failed on `begin`"),
+            "{}",
+            reply.2
+        );
+        assert!(
+            waited < Duration::from_millis(300),
+            "request {n} answered after {waited:?}"
+        );
+    }
+    // Concurrent requests share the reconnection attempt, and fail with it.
+    let p = Arc::new(p);
+    let tasks: Vec<_> = (0..16)
+        .map(|n| {
+            let p = Arc::clone(&p);
+            tokio::spawn(async move { timed(&p, &format!("burst-{n}")).await })
+        })
+        .collect();
+    for task in tasks {
+        let (reply, waited) = task.await.unwrap();
+        assert_eq!(reply.0, StatusCode::SERVICE_UNAVAILABLE, "{reply:?}");
+        assert!(
+            waited < Duration::from_millis(300),
+            "answered after {waited:?}"
+        );
+    }
+    assert_eq!(p.applied(), 1, "no handler ran without the store");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "starts its own redis-server (must be on the PATH)"]
+async fn redis_backed_layer_recovers_within_a_second_of_a_redis_restart() {
+    let mut redis = OwnRedis::start();
+    let store = RedisStore::connect(&redis.url()).await.unwrap();
+    let p = Payments::new(store);
+    assert_eq!(p.send("/pay", "warm-up").await.0, StatusCode::CREATED);
+
+    // Outages of several lengths, with requests failing (and reconnections
+    // failing with them) throughout, as under load: a reconnection backoff
+    // would be at a different, longer step at each restart.
+    for (outage, dead_for) in [1_000, 2_500, 4_000].into_iter().enumerate() {
+        let key = format!("pay-{outage}");
+        redis.kill();
+        let dead = Instant::now();
+        while dead.elapsed() < Duration::from_millis(dead_for) {
+            let (reply, _) = timed(&p, &key).await;
+            assert_eq!(reply.0, StatusCode::SERVICE_UNAVAILABLE, "{reply:?}");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+
+        redis.restart();
+        let restarted = Instant::now();
+        let mut requests = 0;
+        let reply = loop {
+            requests += 1;
+            let (reply, _) = timed(&p, &key).await;
+            if reply.0 != StatusCode::SERVICE_UNAVAILABLE {
+                break reply;
+            }
+            assert!(
+                restarted.elapsed() < Duration::from_secs(10),
+                "still 503 after {:?}",
+                restarted.elapsed()
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        };
+        let recovered = restarted.elapsed();
+        eprintln!(
+            "outage of {dead_for} ms: first 201 {recovered:?} after Redis restarted ({requests} requests)"
+        );
+        let paid = format!("paid {}", outage + 2);
+        assert_eq!(reply, (StatusCode::CREATED, false, paid.clone()));
+        assert!(
+            recovered < Duration::from_secs(1),
+            "outage of {dead_for} ms: recovered after {recovered:?}"
+        );
+        assert_eq!(
+            p.send("/pay", &key).await,
+            (StatusCode::CREATED, true, paid)
+        );
+    }
 }

@@ -7,7 +7,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
 use redis::Script;
-use redis::aio::ConnectionManager;
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 
 use super::store::{
     Begin, Entry, Fingerprint, IdempotencyStore, Lease, Outcome, StoreError, StoredResponse,
@@ -30,6 +30,18 @@ use crate::idempotency::IdempotencyKey;
 /// Expiry is Redis' own: a crashed instance's locks vanish after the lock
 /// ttl, responses after the ttl.
 ///
+/// A fresh request costs two round trips (`begin`, then `complete`), a
+/// replay one (`begin` answers with the stored response).
+///
+/// # When Redis is down
+///
+/// [`connect`](Self::connect) configures the connection manager to fail
+/// fast ([`manager_config`](Self::manager_config)): when Redis is dead a
+/// request gets its `503` at once rather than after the layer's
+/// `store_timeout`, and once Redis is back the next request reconnects.
+/// A Redis that accepts connections but does not answer is bounded by the
+/// response timeout (500 ms), within the layer's `store_timeout`.
+///
 /// ```no_run
 /// use resilience_runtime::idempotency::server::{IdempotencyLayer, RedisStore};
 ///
@@ -48,16 +60,87 @@ impl RedisStore {
     /// The key prefix of the guide: `idem:`.
     pub const DEFAULT_PREFIX: &'static str = "idem:";
 
-    /// Connects to `url` (`redis://host:port/db`) with the connection
-    /// manager's defaults (reconnection with backoff, 500 ms response
-    /// timeout).
+    /// How long [`connect`](Self::connect)'s manager waits for a
+    /// connection to Redis to open: 250 ms.
+    pub const DEFAULT_CONNECTION_TIMEOUT: Duration = Duration::from_millis(250);
+
+    /// How long [`connect`](Self::connect)'s manager waits for the answer
+    /// to a command: 500 ms, half the layer's default `store_timeout`.
+    pub const DEFAULT_RESPONSE_TIMEOUT: Duration = Duration::from_millis(500);
+
+    /// How many times [`connect`](Self::connect)'s manager tries again when
+    /// a reconnection fails: none. Commands wait for the reconnection, so
+    /// every retry and its backoff would delay each request's `503`; the
+    /// next request starts the next attempt instead (one at a time), and
+    /// clients back off on their own.
+    pub const DEFAULT_RECONNECT_RETRIES: usize = 0;
+
+    /// The longest pause between two reconnection attempts, for managers
+    /// configured with retries: 500 ms.
+    pub const DEFAULT_MAX_RECONNECT_DELAY: Duration = Duration::from_millis(500);
+
+    /// Connects to `url` (`redis://host:port/db`) with the store's
+    /// [`manager_config`](Self::manager_config): a dead Redis fails each
+    /// request at once, a restarted one is used again from the next
+    /// request.
     pub async fn connect(url: &str) -> Result<Self, StoreError> {
+        Self::connect_with_config(url, Self::manager_config()).await
+    }
+
+    /// Connects to `url` with a connection manager configured by `config`,
+    /// e.g. the store's defaults with a longer connection timeout for a
+    /// distant Redis:
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// use resilience_runtime::idempotency::server::RedisStore;
+    ///
+    /// # async fn run() -> Result<(), resilience_runtime::idempotency::server::StoreError> {
+    /// let config = RedisStore::manager_config().set_connection_timeout(Some(Duration::from_millis(500)));
+    /// let store = RedisStore::connect_with_config("redis://redis.internal:6379/", config).await?;
+    /// # drop(store); Ok(()) }
+    /// ```
+    ///
+    /// Keep the response timeout below the layer's `store_timeout`, and
+    /// with retries keep their total backoff short: every request waits for
+    /// a reconnection in progress.
+    pub async fn connect_with_config(
+        url: &str,
+        config: ConnectionManagerConfig,
+    ) -> Result<Self, StoreError> {
         let client = redis::Client::open(url).map_err(backend)?;
-        let connection = ConnectionManager::new(client).await.map_err(backend)?;
+        let connection = ConnectionManager::new_with_config(client, config)
+            .await
+            .map_err(backend)?;
         Ok(Self::new(connection))
     }
 
-    /// A store over an existing connection manager.
+    /// The connection manager configuration of [`connect`](Self::connect):
+    /// `redis`' defaults but for [`DEFAULT_CONNECTION_TIMEOUT`],
+    /// [`DEFAULT_RESPONSE_TIMEOUT`], [`DEFAULT_RECONNECT_RETRIES`] and
+    /// [`DEFAULT_MAX_RECONNECT_DELAY`].
+    ///
+    /// `redis`' own defaults retry a failed reconnection 6 times with
+    /// exponential backoff from 100 ms, unbounded: with Redis dead every
+    /// request waited out the layer's `store_timeout`, and after a restart
+    /// the first success came up to seconds later.
+    ///
+    /// [`DEFAULT_CONNECTION_TIMEOUT`]: Self::DEFAULT_CONNECTION_TIMEOUT
+    /// [`DEFAULT_RESPONSE_TIMEOUT`]: Self::DEFAULT_RESPONSE_TIMEOUT
+    /// [`DEFAULT_RECONNECT_RETRIES`]: Self::DEFAULT_RECONNECT_RETRIES
+    /// [`DEFAULT_MAX_RECONNECT_DELAY`]: Self::DEFAULT_MAX_RECONNECT_DELAY
+    pub fn manager_config() -> ConnectionManagerConfig {
+        ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(Self::DEFAULT_CONNECTION_TIMEOUT))
+            .set_response_timeout(Some(Self::DEFAULT_RESPONSE_TIMEOUT))
+            .set_number_of_retries(Self::DEFAULT_RECONNECT_RETRIES)
+            .set_max_delay(Self::DEFAULT_MAX_RECONNECT_DELAY)
+    }
+
+    /// A store over an existing connection manager. Build it from
+    /// [`manager_config`](Self::manager_config) to keep a dead Redis
+    /// failing fast: `redis`' own defaults make every request wait for
+    /// a reconnection's retries.
     pub fn new(connection: ConnectionManager) -> Self {
         Self {
             connection,
