@@ -13,6 +13,9 @@
 //! when it ends; without it they are skipped. Environment:
 //!
 //! - `LOAD_SECONDS` (5): measured seconds per row, after 1 s of warm-up;
+//! - `LOAD_ROUNDS` (3): rounds over all the rows, each row reporting its
+//!   median round (the rounds are interleaved, so a noisy moment of a
+//!   shared machine does not fall on one row only);
 //! - `LOAD_CONNECTIONS` (32): keep-alive connections, each sending its
 //!   next request when the previous answer is read (a closed loop);
 //! - `LOAD_SERVER_THREADS` (1): the server runtime's worker threads. The
@@ -169,7 +172,13 @@ impl Row {
 
 /// `connections` closed loops against `addr` for the warm-up then
 /// `measured`; the figures of the measured part.
-async fn load(addr: SocketAddr, row: usize, keys: Keys, connections: u64, measured: Duration) -> Row {
+async fn load(
+    addr: SocketAddr,
+    row: usize,
+    keys: Keys,
+    connections: u64,
+    measured: Duration,
+) -> Row {
     if keys == Keys::Replay {
         let answer = Connection::open(addr)
             .await
@@ -249,10 +258,7 @@ impl OwnRedis {
             .ok()?;
         let redis = Self { child, port };
         for _ in 0..100 {
-            if redis::Client::open(redis.url())
-                .and_then(|client| client.get_connection())
-                .is_ok()
-            {
+            if redis.command(&["PING"]).is_ok_and(|reply| reply == "+PONG") {
                 return Some(redis);
             }
             std::thread::sleep(Duration::from_millis(20));
@@ -262,6 +268,22 @@ impl OwnRedis {
 
     fn url(&self) -> String {
         format!("redis://127.0.0.1:{}/", self.port)
+    }
+
+    /// Sends one command on a connection of its own; the first line of the
+    /// reply (the crate's `redis` client is not a dependency of the
+    /// benches).
+    fn command(&self, args: &[&str]) -> std::io::Result<String> {
+        use std::io::Write;
+        let mut stream = std::net::TcpStream::connect(("127.0.0.1", self.port))?;
+        let mut packed = format!("*{}\r\n", args.len());
+        for arg in args {
+            packed.push_str(&format!("${}\r\n{arg}\r\n", arg.len()));
+        }
+        stream.write_all(packed.as_bytes())?;
+        let mut line = String::new();
+        BufReader::new(stream).read_line(&mut line)?;
+        Ok(line.trim_end().to_owned())
     }
 
     /// The commands clients sent Redis (those scripts run excluded) while
@@ -295,14 +317,7 @@ impl OwnRedis {
         // Anything the layer finishes after its answer lands before the
         // sentinel.
         std::thread::sleep(Duration::from_millis(300));
-        let mut sentinel = redis::Client::open(self.url())
-            .unwrap()
-            .get_connection()
-            .unwrap();
-        let _: String = redis::cmd("ECHO")
-            .arg("end-of-window")
-            .query(&mut sentinel)
-            .unwrap();
+        self.command(&["ECHO", "end-of-window"]).unwrap();
         wait_for("end-of-window");
         monitor.kill().unwrap();
         monitor.wait().unwrap();
@@ -344,6 +359,7 @@ fn main() {
     let measured = Duration::from_secs(env("LOAD_SECONDS", 5));
     let connections = env("LOAD_CONNECTIONS", 32);
     let threads = env("LOAD_SERVER_THREADS", 1);
+    let rounds = env("LOAD_ROUNDS", 3).max(1);
     let server = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(usize::try_from(threads).unwrap().max(1))
         .enable_all()
@@ -394,18 +410,37 @@ fn main() {
     }
 
     println!(
-        "{connections} connections, {} s per row after {} s of warm-up, \
+        "{connections} connections, {} s per row after {} s of warm-up, {rounds} rounds, \
          {threads} server thread(s), 1 client thread\n",
         measured.as_secs(),
         WARM_UP.as_secs()
     );
-    println!("| row | requests/s | p50 | p99 | non-201 | replays |");
-    println!("|---|---:|---:|---:|---:|---:|");
-    for (i, (name, keys, app)) in rows.into_iter().enumerate() {
-        let addr = serve(&server, app);
-        let row = client.block_on(load(addr, i, keys, connections, measured));
+    // Rounds over all rows, so that the machine's drift is spread over
+    // every row; each row reports its median round.
+    let servers: Vec<_> = rows
+        .into_iter()
+        .map(|(name, keys, app)| (name, keys, serve(&server, app)))
+        .collect();
+    let mut results: Vec<Vec<Row>> = servers.iter().map(|_| Vec::new()).collect();
+    for round in 0..rounds {
+        for (i, (_, keys, addr)) in servers.iter().enumerate() {
+            let tag = i + 100 * usize::try_from(round).unwrap();
+            let row = client.block_on(load(*addr, tag, *keys, connections, measured));
+            results[i].push(row);
+        }
+    }
+    println!("| row | requests/s | p50 | p99 | non-201 | replays | requests/s of each round |");
+    println!("|---|---:|---:|---:|---:|---:|---|");
+    for ((name, ..), mut rounds) in servers.into_iter().zip(results) {
+        let each = rounds
+            .iter()
+            .map(|row| format!("{:.0}", row.rate()))
+            .collect::<Vec<_>>()
+            .join(", ");
+        rounds.sort_by(|a, b| a.rate().total_cmp(&b.rate()));
+        let row = &rounds[rounds.len() / 2];
         println!(
-            "| {name} | {:.0} | {:.0} µs | {:.0} µs | {} | {} |",
+            "| {name} | {:.0} | {:.0} µs | {:.0} µs | {} | {} | {each} |",
             row.rate(),
             row.percentile(0.50),
             row.percentile(0.99),
@@ -433,7 +468,9 @@ fn main() {
     let fresh = redis.commands_during(|| send(&|n| format!("trips-{n}")));
     send(&|_| "trips-replayed".into());
     let replays = redis.commands_during(|| send(&|_| "trips-replayed".into()));
-    println!("\nRedis round trips ({REQUESTS} requests each, MONITOR, scripts' own commands excluded):\n");
+    println!(
+        "\nRedis round trips ({REQUESTS} requests each, MONITOR, scripts' own commands excluded):\n"
+    );
     println!("| request | round trips | commands |");
     println!("|---|---:|---|");
     for (what, commands) in [("fresh POST", fresh), ("replay", replays)] {
