@@ -16,8 +16,8 @@ mod chaos_common;
 use std::time::{Duration, Instant};
 
 use chaos_common::{
-    Downstream, PaymentServer, assert_exactly_once, exactly_once, fresh_connections, ms,
-    percentile, print_exactly_once, print_table, seed, soak,
+    Downstream, PaymentServer, assert_exactly_once, exactly_once_runs, fresh_connections, ms,
+    percentile, print_table, seed, soak,
 };
 use resilience::breaker::{BreakerConfig, CircuitBreaker, State};
 use resilience::http::{HttpError, ResponseExt};
@@ -46,18 +46,7 @@ async fn exactly_once_under_network_faults_memory_store() {
         MemoryStore::new(4 * posts).expect("capacity"),
     ))
     .await;
-    let sequential = exactly_once("memory, 1 in flight", &server, seed(13), 0, posts, 1).await;
-    let concurrent = exactly_once(
-        "memory, 50 in flight",
-        &server,
-        seed(13) + 1,
-        1_000_000,
-        posts,
-        50,
-    )
-    .await;
-    let runs = [sequential, concurrent];
-    print_exactly_once(&runs);
+    let runs = exactly_once_runs("memory", &server, posts).await;
     for run in &runs {
         assert_exactly_once(run);
     }

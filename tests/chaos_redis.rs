@@ -25,8 +25,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use chaos_common::{
-    PAYMENTS, PaymentServer, RedisChild, assert_exactly_once, exactly_once, free_port, ms,
-    print_exactly_once, print_table, seed, soak,
+    PAYMENTS, PaymentServer, RedisChild, assert_exactly_once, exactly_once_runs, free_port, ms,
+    print_table, soak,
 };
 use resilience::IdempotencyKey;
 use resilience::http::RequestBuilderExt;
@@ -97,18 +97,7 @@ async fn exactly_once_under_network_faults_redis_store() {
         .expect("Redis must be reachable at REDIS_URL (default redis://127.0.0.1:6379/)")
         .with_prefix(prefix.prefix.as_str());
     let server = PaymentServer::start(IdempotencyLayer::new(store)).await;
-    let sequential = exactly_once("redis, 1 in flight", &server, seed(13), 0, posts, 1).await;
-    let concurrent = exactly_once(
-        "redis, 50 in flight",
-        &server,
-        seed(13) + 1,
-        1_000_000,
-        posts,
-        50,
-    )
-    .await;
-    let runs = [sequential, concurrent];
-    print_exactly_once(&runs);
+    let runs = exactly_once_runs("redis", &server, posts).await;
     let stored = prefix.delete();
     println!("  {stored} Redis keys under {} deleted", prefix.prefix);
     assert!(

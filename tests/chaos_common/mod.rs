@@ -328,6 +328,36 @@ impl ExactlyOnce {
 /// and every call the client saw fail is re-sent with its key.
 ///
 /// Ids `first_id..first_id + posts`.
+/// The two exactly-once runs of one store, printed: `posts` one at a
+/// time, then `posts` others with 50 in flight.
+pub async fn exactly_once_runs(
+    store: &str,
+    server: &PaymentServer,
+    posts: usize,
+) -> [ExactlyOnce; 2] {
+    let sequential = exactly_once(
+        &format!("{store}, 1 in flight"),
+        server,
+        seed(13),
+        0,
+        posts,
+        1,
+    )
+    .await;
+    let concurrent = exactly_once(
+        &format!("{store}, 50 in flight"),
+        server,
+        seed(13) + 1,
+        1_000_000,
+        posts,
+        50,
+    )
+    .await;
+    let runs = [sequential, concurrent];
+    print_exactly_once(&runs);
+    runs
+}
+
 pub async fn exactly_once(
     label: &str,
     server: &PaymentServer,
