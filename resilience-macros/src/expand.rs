@@ -113,16 +113,9 @@ pub(crate) fn expand(plan: Plan<'_>) -> TokenStream {
             }
             // A method names its impl's type, for the site's default name.
             let owner = if sig.receiver().is_some() {
-                quote!(::core::option::Option::Some(::core::any::type_name::<Self>))
+                quote!(|| ::core::option::Option::Some(::core::any::type_name::<Self>()))
             } else {
-                quote!(::core::option::Option::None)
-            };
-            let chain = match &args.when {
-                Some(when) => {
-                    let when = &when.value;
-                    quote!(::resilience::__private::retry_when(&__RESILIENCE_RETRY, #owner, #when))
-                }
-                None => quote!(::resilience::__private::retry(&__RESILIENCE_RETRY, #owner)),
+                quote!(|| ::core::option::Option::None)
             };
             // An error type that is a `std::error::Error + Send + Sync +
             // 'static` is kept by the chain as the cause of the runtime
@@ -139,7 +132,13 @@ pub(crate) fn expand(plan: Plan<'_>) -> TokenStream {
             } else {
                 quote!(::resilience::__private::Forget)
             };
-            let chain = quote!(#chain.keeping(#keep));
+            let chain = match &args.when {
+                Some(when) => {
+                    let when = &when.value;
+                    quote!(::resilience::__private::retry_when(&__RESILIENCE_RETRY, #owner, #when, #keep))
+                }
+                None => quote!(::resilience::__private::retry(&__RESILIENCE_RETRY, #owner, #keep)),
+            };
             // Trait errors on the error type (not `Classify`, not
             // `From<resilience::Error>`) point at the user's `E`.
             let run = quote_spanned! {error_span=>

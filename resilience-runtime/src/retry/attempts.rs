@@ -9,7 +9,9 @@ use pin_project_lite::pin_project;
 use rand::RngCore;
 use tokio::time::{Instant, Sleep};
 
+use std::fmt;
 use std::future::Future;
+use std::mem::ManuallyDrop;
 
 use super::{DefaultRng, GiveUp, Policy, Verdict};
 use crate::deadline;
@@ -89,7 +91,7 @@ pub enum Next {
 // cost a third of the success path.
 #[derive(Debug)]
 #[repr(C)]
-pub struct Attempts<R = DefaultRng, P = Policy> {
+pub struct Attempts<R = DefaultRng, P = Policy, S = Kept> {
     policy: P,
     start: Option<Instant>,
     previous_delay: Duration,
@@ -97,7 +99,80 @@ pub struct Attempts<R = DefaultRng, P = Policy> {
     rng: R,
     /// The last failed attempt's error, kept for the runtime error that may
     /// end the chain later.
-    last: Option<Cause>,
+    last: S,
+}
+
+/// Where a chain keeps its last failed attempt's error, for the runtime
+/// error that may end it later ([`Attempts::keep`]): [`Kept`] keeps it,
+/// [`NotKept`] is the slot of a chain that keeps nothing, and costs
+/// nothing.
+pub trait Slot: Default + fmt::Debug {
+    /// The kept error, leaving the slot empty.
+    fn take(&mut self) -> Option<Cause>;
+    /// Keeps `cause` in place of what was kept.
+    fn set(&mut self, cause: Option<Cause>);
+}
+
+/// A slot that keeps the last failed attempt's error.
+///
+/// Dropped by hand, as `CallScope` drops its span: every protected fn's
+/// future holds one, and a slot the compiler drops itself made that
+/// future's drop too big to inline into its caller (21 instructions per
+/// call of `#[retry]` on the success path, where the slot is always
+/// empty). Here the drop is one inline test.
+#[derive(Debug, Default)]
+pub struct Kept(ManuallyDrop<Option<Cause>>);
+
+impl Slot for Kept {
+    #[inline(always)]
+    fn take(&mut self) -> Option<Cause> {
+        // What is left is a `None`, which has nothing to drop.
+        self.0.take()
+    }
+
+    #[inline(always)]
+    fn set(&mut self, cause: Option<Cause>) {
+        if self.0.is_some() {
+            release(self.0.take());
+        }
+        *self.0 = cause;
+    }
+}
+
+impl Drop for Kept {
+    #[inline(always)]
+    fn drop(&mut self) {
+        if self.0.is_some() {
+            release(self.0.take());
+        }
+    }
+}
+
+// `extern "C"` so that it cannot unwind (a panic in an error's drop
+// aborts): a call that may unwind gives every future holding a slot a
+// landing pad, and the drop of those futures stopped being inlined.
+#[cold]
+#[inline(never)]
+#[allow(improper_ctypes_definitions)]
+extern "C" fn release(cause: Option<Cause>) {
+    drop(cause);
+}
+
+/// The slot of a chain that keeps no error: a [`Policy::retry`] future
+/// until [`keep_last_error`](super::Retry::keep_last_error).
+#[derive(Debug, Default, Clone, Copy)]
+pub struct NotKept;
+
+impl Slot for NotKept {
+    #[inline(always)]
+    fn take(&mut self) -> Option<Cause> {
+        None
+    }
+
+    #[inline(always)]
+    fn set(&mut self, cause: Option<Cause>) {
+        drop(cause);
+    }
 }
 
 impl Attempts {
@@ -116,7 +191,7 @@ impl<'a> Attempts<DefaultRng, &'a Policy> {
     }
 }
 
-impl<R, P: Borrow<Policy>> Attempts<R, P> {
+impl<R, P: Borrow<Policy>, S: Slot> Attempts<R, P, S> {
     /// A chain under `policy` (a [`Policy`] or a reference to one) drawing
     /// jitter from `rng`.
     #[inline(always)]
@@ -127,7 +202,7 @@ impl<R, P: Borrow<Policy>> Attempts<R, P> {
             start: None,
             previous_delay: Duration::ZERO,
             rng,
-            last: None,
+            last: S::default(),
         }
     }
 
@@ -135,6 +210,26 @@ impl<R, P: Borrow<Policy>> Attempts<R, P> {
     #[inline]
     pub fn policy(&self) -> &Policy {
         self.policy.borrow()
+    }
+
+    /// The same chain, not started yet, with another slot for its last
+    /// error.
+    #[inline(always)]
+    pub fn keeping<S2: Slot>(self) -> Attempts<R, P, S2> {
+        Attempts {
+            policy: self.policy,
+            start: self.start,
+            previous_delay: self.previous_delay,
+            attempt: self.attempt,
+            rng: self.rng,
+            last: S2::default(),
+        }
+    }
+
+    /// What the policy is borrowed from: the `P` the chain was built with.
+    #[inline(always)]
+    pub fn policy_source(&self) -> &P {
+        &self.policy
     }
 
     /// Attempts started so far; the current one while it runs.
@@ -272,11 +367,11 @@ impl<R, P: Borrow<Policy>> Attempts<R, P> {
     /// runtime error that ends the chain later ([`cut`](Self::cut),
     /// [`deadline_passed`](Self::deadline_passed)).
     pub fn keep(&mut self, cause: Option<Cause>) {
-        self.last = cause;
+        self.last.set(cause);
     }
 }
 
-impl<R: RngCore, P: Borrow<Policy>> Attempts<R, P> {
+impl<R: RngCore, P: Borrow<Policy>, S: Slot> Attempts<R, P, S> {
     /// The current attempt failed with an error judged `verdict`: stop on a
     /// permanent error, after the last attempt, or when the pause would
     /// cross the budget or the caller's deadline (never sleep uselessly);
@@ -370,9 +465,9 @@ impl AttemptTimer {
     /// To be polled while the attempt is pending: ready with the [`Cut`]
     /// once the timer fired. An attempt that started without a timer gets
     /// the chain's budget from its first `Pending` on.
-    pub fn poll_cut<R, P: Borrow<Policy>>(
+    pub fn poll_cut<R, P: Borrow<Policy>, S: Slot>(
         self: Pin<&mut Self>,
-        attempts: &mut Attempts<R, P>,
+        attempts: &mut Attempts<R, P, S>,
         cx: &mut Context<'_>,
     ) -> Poll<Cut> {
         let mut this = self.project();

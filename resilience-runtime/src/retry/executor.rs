@@ -9,7 +9,7 @@ use std::time::Duration;
 use pin_project_lite::pin_project;
 use rand::RngCore;
 
-use super::attempts::{AttemptTimer, Attempts, Next};
+use super::attempts::{AttemptTimer, Attempts, Kept, Next, NotKept, Slot};
 use super::{Classify, Outcome, Policy, Verdict};
 use crate::error::{Cause, Error};
 
@@ -269,8 +269,8 @@ pin_project! {
     // The policy (in `attempts`) first, at the start of the future: see
     // `Attempts`.
     #[repr(C)]
-    pub struct Retry<F, Fut, N = Quiet, W = ByClassify, R = DefaultRng> {
-        attempts: Attempts<R>,
+    pub struct Retry<F, Fut, N = Quiet, W = ByClassify, R = DefaultRng, S = NotKept> {
+        attempts: Attempts<R, Policy, S>,
         op: F,
         notify: N,
         when: W,
@@ -292,17 +292,17 @@ impl Policy {
         F: FnMut() -> Fut,
         Fut: Future<Output = Result<T, E>>,
     {
-        Retry::fresh(Attempts::new(self), op, Quiet, ByClassify)
+        Retry::fresh(Attempts::with_rng(self, DefaultRng), op, Quiet, ByClassify)
     }
 }
 
-impl<F, Fut, T, E, N, W, R> Retry<F, Fut, N, W, R>
+impl<F, Fut, T, E, N, W, R, S: Slot> Retry<F, Fut, N, W, R, S>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<T, E>>,
 {
     /// Calls `notify` with every attempt's outcome (see [`Event`]).
-    pub fn notify<N2>(self, notify: N2) -> Retry<F, Fut, N2, W, R>
+    pub fn notify<N2>(self, notify: N2) -> Retry<F, Fut, N2, W, R, S>
     where
         N2: FnMut(&Event<'_, E>),
     {
@@ -310,7 +310,7 @@ where
     }
 
     /// Like [`notify`](Self::notify), for any [`Notify`] implementation.
-    pub fn notify_with<N2: Notify<E>>(self, notify: N2) -> Retry<F, Fut, N2, W, R> {
+    pub fn notify_with<N2: Notify<E>>(self, notify: N2) -> Retry<F, Fut, N2, W, R, S> {
         let Retry {
             attempts, op, when, ..
         } = self;
@@ -319,7 +319,7 @@ where
 
     /// Classifies errors with `when` instead of their [`Classify`] impl;
     /// `when` returns a [`Verdict`], or a `bool` where `true` means retry.
-    pub fn when<W2, V>(self, when: W2) -> Retry<F, Fut, N, W2, R>
+    pub fn when<W2, V>(self, when: W2) -> Retry<F, Fut, N, W2, R, S>
     where
         W2: FnMut(&E) -> V,
         V: Into<Verdict>,
@@ -366,7 +366,7 @@ where
     /// assert_eq!(runtime.last().unwrap().to_string(), "connection refused");
     /// # }
     /// ```
-    pub fn keep_last_error(self) -> Retry<F, Fut, N, KeepLast<W>, R>
+    pub fn keep_last_error(self) -> Retry<F, Fut, N, KeepLast<W>, R, Kept>
     where
         E: std::error::Error + Send + Sync + 'static,
     {
@@ -377,13 +377,13 @@ where
             when,
             ..
         } = self;
-        Retry::fresh(attempts, op, notify, KeepLast(when))
+        Retry::fresh(attempts.keeping(), op, notify, KeepLast(when))
     }
 
     /// Draws jitter from `rng`: a seeded generator makes a schedule
     /// reproducible in tests. Never share one seed between processes in
     /// production: identical jitter is no jitter.
-    pub fn with_rng<R2: RngCore>(self, rng: R2) -> Retry<F, Fut, N, W, R2> {
+    pub fn with_rng<R2: RngCore>(self, rng: R2) -> Retry<F, Fut, N, W, R2, S> {
         let Retry {
             attempts,
             op,
@@ -396,9 +396,9 @@ where
     }
 }
 
-impl<F, Fut, N, W, R> Retry<F, Fut, N, W, R> {
+impl<F, Fut, N, W, R, S: Slot> Retry<F, Fut, N, W, R, S> {
     #[inline(always)]
-    fn fresh(attempts: Attempts<R>, op: F, notify: N, when: W) -> Self {
+    fn fresh(attempts: Attempts<R, Policy, S>, op: F, notify: N, when: W) -> Self {
         Retry {
             attempts,
             op,
@@ -420,7 +420,7 @@ impl<F, Fut, N, W, R> Retry<F, Fut, N, W, R> {
     }
 }
 
-impl<F, Fut, N, W, R> fmt::Debug for Retry<F, Fut, N, W, R> {
+impl<F, Fut, N, W, R, S: Slot> fmt::Debug for Retry<F, Fut, N, W, R, S> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Retry")
             .field("policy", self.attempts.policy())
@@ -430,7 +430,7 @@ impl<F, Fut, N, W, R> fmt::Debug for Retry<F, Fut, N, W, R> {
     }
 }
 
-impl<F, Fut, N, W, R> RetryProj<'_, F, Fut, N, W, R> {
+impl<F, Fut, N, W, R, S: Slot> RetryProj<'_, F, Fut, N, W, R, S> {
     /// Starts the next attempt, armed with whatever timer must cut it; or
     /// gives up when the caller's deadline has passed.
     #[inline(always)]
@@ -467,7 +467,7 @@ impl<F, Fut, N, W, R> RetryProj<'_, F, Fut, N, W, R> {
     }
 }
 
-impl<F, Fut, T, E, N, W, R> Future for Retry<F, Fut, N, W, R>
+impl<F, Fut, T, E, N, W, R, S: Slot> Future for Retry<F, Fut, N, W, R, S>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<T, E>>,
@@ -519,8 +519,8 @@ where
 /// Everything but the first poll of a plain first attempt; `first` is the
 /// outcome of that poll when [`Retry::poll`] made it.
 #[inline(never)]
-fn poll_chain<F, Fut, T, E, N, W, R>(
-    mut this: RetryProj<'_, F, Fut, N, W, R>,
+fn poll_chain<F, Fut, T, E, N, W, R, S: Slot>(
+    mut this: RetryProj<'_, F, Fut, N, W, R, S>,
     mut first: Option<Poll<Result<T, E>>>,
     cx: &mut Context<'_>,
 ) -> Poll<Result<T, E>>

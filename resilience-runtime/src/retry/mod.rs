@@ -46,7 +46,7 @@ pub mod layer;
 mod policy;
 mod retry_after;
 
-pub use attempts::{AttemptTimer, Attempts, Cut, Next};
+pub use attempts::{AttemptTimer, Attempts, Cut, Kept, Next, NotKept, Slot};
 pub use backoff::{Backoff, Delays, Growth, Jitter, MIN_JITTER};
 pub use classify::{Classify, HttpStatus, Outcome, Reason, SqlState, Verdict};
 pub use executor::{ByClassify, DefaultRng, Event, GiveUp, KeepLast, Notify, Quiet, Retry, When};
