@@ -17,13 +17,14 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::{Context, Poll, ready};
 
 use pin_project_lite::pin_project;
-use resilience_runtime::breaker::{BreakerConfig, Call, CircuitBreaker, Permit};
+use resilience_runtime::breaker::{BreakerConfig, CircuitBreaker, Permit};
 use resilience_runtime::registry;
+pub use resilience_runtime::retry::FromRuntimeError;
 use resilience_runtime::retry::{
     AttemptTimer, Attempts, Classify, DefaultRng, Event, GiveUp, Next, Outcome, Policy,
     PolicyBuilder, Reason, Verdict, layer,
 };
-use resilience_runtime::telemetry::{self, CallScope, Fallback, Labels, Observed, Status};
+use resilience_runtime::telemetry::{self, CallScope, Fallback, Labels, Status};
 use resilience_runtime::{Cause, DependencyDown, Error};
 use tokio::time::Instant;
 
@@ -306,7 +307,13 @@ impl<K> Chain<ByClassify, K> {
     /// Runs one attempt, then either ends the chain with its result
     /// (`Break`) or pauses before the next attempt (`Continue`).
     #[inline]
-    pub fn attempt<Fut, T, E>(&mut self, attempt: Fut) -> Attempt<'_, Fut, ByClassify, K>
+    ///
+    /// An opaque future, so that an error type that lacks an impl gets one
+    /// error, at this call, rather than a second one at its `.await`.
+    pub fn attempt<Fut, T, E>(
+        &mut self,
+        attempt: Fut,
+    ) -> impl Future<Output = ControlFlow<Result<T, E>>>
     where
         Fut: Future<Output = Result<T, E>>,
         E: Classify + FromRuntimeError,
@@ -319,7 +326,10 @@ impl<K> Chain<ByClassify, K> {
 impl<W, K> Chain<Custom<W>, K> {
     /// Like [`Chain::attempt`], with the site's own classifier.
     #[inline]
-    pub fn attempt<Fut, T, E, V>(&mut self, attempt: Fut) -> Attempt<'_, Fut, Custom<W>, K>
+    pub fn attempt<Fut, T, E, V>(
+        &mut self,
+        attempt: Fut,
+    ) -> impl Future<Output = ControlFlow<Result<T, E>>>
     where
         Fut: Future<Output = Result<T, E>>,
         E: FromRuntimeError,
@@ -513,7 +523,7 @@ where
                 this.fut.set(None);
                 let (error, stop) = chain.attempts.cut(cut);
                 chain.reason = error.reason();
-                let error = E::from(error);
+                let error = E::from_runtime(error);
                 if let Some(reason) = stop {
                     let result = chain.give_up(error, reason);
                     return Poll::Ready(chain.done(result));
@@ -552,7 +562,7 @@ impl<W, K> Chain<W, K> {
     fn refused<E: FromRuntimeError>(&mut self, reason: GiveUp) -> E {
         let error = self.attempts.refused(reason, None);
         self.reason = error.reason();
-        let error = E::from(error);
+        let error = E::from_runtime(error);
         self.notify(&Event::GaveUp {
             attempt: self.attempts.attempt(),
             error: &error,
@@ -609,7 +619,7 @@ impl<W, K> Chain<W, K> {
                 let kept = self.keep.keep(error);
                 let error = self.attempts.deadline_passed(kept);
                 self.reason = error.reason();
-                ControlFlow::Break(Err(E::from(error)))
+                ControlFlow::Break(Err(E::from_runtime(error)))
             }
             Next::GiveUp(GiveUp::Nested) => {
                 if let Some(outer) = layer::outer() {
@@ -690,7 +700,12 @@ impl BreakerSite {
 ///
 /// Observed as the logical call: its span and duration, a rejection
 /// included.
-pub fn breaker<Fut, T, E>(site: &'static BreakerSite, call: Fut) -> Observed<Call<'static, Fut>>
+///
+/// An opaque future, like [`Chain::attempt`]'s.
+pub fn breaker<Fut, T, E>(
+    site: &'static BreakerSite,
+    call: Fut,
+) -> impl Future<Output = Result<T, E>>
 where
     Fut: Future<Output = Result<T, E>>,
     E: Classify + FromRuntimeError,
@@ -718,7 +733,7 @@ pub fn settle<T, E: Classify>(permit: Permit<'static>, result: Result<T, E>) -> 
 #[inline]
 pub fn reject<T, E: FromRuntimeError>(down: DependencyDown) -> Result<T, E> {
     rejected_call(down);
-    Err(E::from(Error::DependencyDown(down)))
+    Err(E::from_runtime(Error::DependencyDown(down)))
 }
 
 /// A rejected call is a logical call too: its span and its (zero)
@@ -785,16 +800,15 @@ pub fn rejected<R>(site: &'static BreakerSite, down: DependencyDown) -> Answer<R
     Answer::Fallback
 }
 
-/// The error type of a protected fn must carry the runtime's own errors: a
-/// timed-out attempt, a passed deadline, an open breaker.
-#[diagnostic::on_unimplemented(
-    message = "`{Self}` cannot carry the runtime's errors (attempt timeout, deadline, dependency down)",
-    label = "`From<resilience::Error>` is not implemented for this error type",
-    note = "add `impl From<resilience::Error> for {Self}`, e.g. with thiserror a variant `#[error(transparent)] Resilience(#[from] resilience::Error)`"
-)]
-pub trait FromRuntimeError: From<Error> {}
-
-impl<E: From<Error>> FromRuntimeError for E {}
+/// The verdict of a `#[classify(transient)]` variant: after its
+/// `retry_after` field's delay when it has one.
+#[inline]
+pub fn transient_after(delay: Option<std::time::Duration>) -> Verdict {
+    match delay {
+        Some(delay) => Verdict::RetryAfter(delay),
+        None => Verdict::Transient,
+    }
+}
 
 /// A parameter taken by value, which every attempt gets its own copy of.
 #[diagnostic::on_unimplemented(

@@ -1,10 +1,13 @@
-//! The `#[retry]` and `#[circuit_breaker]` attribute macros of the
-//! `resilience` crate. Use them through `resilience`, not directly: the code
-//! they generate calls `::resilience::__private`.
+//! The `#[retry]` and `#[circuit_breaker]` attribute macros and the
+//! `#[derive(Classify)]` of the `resilience` crate. Use them through
+//! `resilience`, not directly: the code they generate calls
+//! `::resilience::__private`.
 //!
 //! Each macro is a thin shim over its module: `args` parses, `validate`
 //! checks the rules between arguments and on the fn, `expand` generates
-//! the code. `sig`, `idempotency` and `duration` hold what both share.
+//! the code. `sig`, `idempotency` and `duration` hold what both attributes
+//! share; the derive has its own folder, `classify/`, with the same three
+//! phases.
 #![forbid(unsafe_code)]
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 
@@ -13,6 +16,7 @@ use proc_macro::TokenStream;
 mod args;
 mod async_trait;
 mod breaker;
+mod classify;
 mod duration;
 mod errors;
 mod expand;
@@ -27,6 +31,12 @@ mod validate;
 #[proc_macro_attribute]
 pub fn retry(args: TokenStream, item: TokenStream) -> TokenStream {
     retry::expand(args.into(), item.into()).into()
+}
+
+#[doc = include_str!("../doc/classify.md")]
+#[proc_macro_derive(Classify, attributes(classify))]
+pub fn derive_classify(item: TokenStream) -> TokenStream {
+    classify::derive(item.into()).into()
 }
 
 #[doc = include_str!("../doc/circuit_breaker.md")]

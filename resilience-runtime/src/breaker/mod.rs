@@ -109,7 +109,7 @@ use self::window::{Counts, SlidingWindow};
 use crate::deadline;
 use crate::duration_nanos;
 use crate::error::{ConfigError, DependencyDown, Error};
-use crate::retry::{ByClassify, Classify, Outcome, When};
+use crate::retry::{ByClassify, Classify, FromRuntimeError, Outcome, When};
 use crate::telemetry::{self, Labels};
 
 type Hook = Box<dyn Fn(&'static str, State, State) + Send + Sync>;
@@ -313,7 +313,7 @@ impl CircuitBreaker {
     pub fn call<Fut, T, E>(&self, fut: Fut) -> Call<'_, Fut, ByClassify>
     where
         Fut: Future<Output = Result<T, E>>,
-        E: Classify + From<Error>,
+        E: Classify + FromRuntimeError,
     {
         self.call_with(fut, ByClassify)
     }
@@ -326,7 +326,7 @@ impl CircuitBreaker {
     pub fn call_with<Fut, T, E, W>(&self, fut: Fut, when: W) -> Call<'_, Fut, W>
     where
         Fut: Future<Output = Result<T, E>>,
-        E: From<Error>,
+        E: FromRuntimeError,
         W: When<E>,
     {
         Call {
@@ -937,7 +937,7 @@ impl Cut {
 impl<Fut, T, E, W> Future for Call<'_, Fut, W>
 where
     Fut: Future<Output = Result<T, E>>,
-    E: From<Error>,
+    E: FromRuntimeError,
     W: When<E>,
 {
     type Output = Result<T, E>;
@@ -948,7 +948,7 @@ where
         match this.permit.admission {
             IDLE => {
                 if let Err(down) = this.permit.start() {
-                    return Poll::Ready(Err(E::from(Error::DependencyDown(down))));
+                    return Poll::Ready(Err(E::from_runtime(Error::DependencyDown(down))));
                 }
             }
             TAKEN => panic!("`Call` polled after it completed"),
@@ -975,7 +975,7 @@ where
 /// a failure when the cut fires (the call in flight is dropped with the
 /// `Call`). Out of line: no healthy call is pending long.
 #[inline(never)]
-fn poll_cut<T, E: From<Error>>(
+fn poll_cut<T, E: FromRuntimeError>(
     permit: &mut Permit<'_>,
     mut cut: Pin<&mut Option<Cut>>,
     cx: &mut Context<'_>,
@@ -998,7 +998,7 @@ fn poll_cut<T, E: From<Error>>(
     };
     // A hung dependency: the call counts as failed.
     permit.settle_in_place(true);
-    Poll::Ready(Err(E::from(error)))
+    Poll::Ready(Err(E::from_runtime(error)))
 }
 
 impl<Fut, W> fmt::Debug for Call<'_, Fut, W> {

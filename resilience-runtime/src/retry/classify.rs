@@ -211,8 +211,8 @@ impl fmt::Display for Reason {
 #[diagnostic::on_unimplemented(
     message = "`{Self}` does not say which of its errors may be retried",
     label = "this error type does not implement `Classify`",
-    note = "implement `resilience::retry::Classify` for `{Self}`: return `Verdict::Transient` for errors a later attempt may not see (timeouts, resets, 5xx) and `Verdict::Permanent` for the rest",
-    note = "or classify at the call site with a predicate: `#[retry(when = my_classifier)]`"
+    note = "derive it, `#[derive(resilience::Classify)]` with `#[classify(transient)]` or `#[classify(permanent)]` on each variant, or implement `resilience::retry::Classify` for `{Self}`: `Verdict::Transient` for errors a later attempt may not see (timeouts, resets, 5xx), `Verdict::Permanent` for the rest",
+    note = "an error type that is not yours (`Box<dyn Error>`, `anyhow::Error`) cannot implement it in your crate: classify at the call site with `#[retry(when = my_classifier)]`, or wrap it in an error type of your own that derives `Classify`"
 )]
 pub trait Classify {
     /// The verdict for this error.
@@ -242,6 +242,46 @@ pub trait Classify {
     /// service that must know every id), or to ignore one.
     fn outcome(&self) -> Outcome {
         self.classify().outcome()
+    }
+}
+
+/// An error type that the runtime's own [`Error`] can become: what a
+/// timed-out attempt, a passed deadline or an open breaker turns into when
+/// it reaches the caller of a protected fn.
+///
+/// Implemented for every `E: From<resilience::Error>`; write that `From`
+/// impl (thiserror's `#[from]`), or let `#[derive(Classify)]` write it
+/// for the variant marked `#[classify(runtime)]`.
+///
+/// ```
+/// use resilience::retry::FromRuntimeError;
+/// use resilience::{Classify, Error};
+///
+/// #[derive(Debug, Classify)]
+/// enum ApiError {
+///     #[classify(permanent)]
+///     NotFound,
+///     #[classify(runtime)]
+///     Resilience(Error),
+/// }
+///
+/// let err = ApiError::from_runtime(Error::deadline_exceeded(0));
+/// assert!(matches!(err, ApiError::Resilience(_)));
+/// ```
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot carry the runtime's errors (attempt timeout, deadline, dependency down)",
+    label = "`From<resilience::Error>` is not implemented for this error type",
+    note = "give `{Self}` a variant for them: with `#[derive(resilience::Classify)]`, `Resilience(#[classify(runtime)] resilience::Error)`; with thiserror alone, `#[error(transparent)] Resilience(#[from] resilience::Error)`; or write `impl From<resilience::Error> for {Self}`"
+)]
+pub trait FromRuntimeError: Sized {
+    /// The runtime's `error`, as this type.
+    fn from_runtime(error: Error) -> Self;
+}
+
+impl<E: From<Error>> FromRuntimeError for E {
+    #[inline]
+    fn from_runtime(error: Error) -> Self {
+        E::from(error)
     }
 }
 
@@ -389,6 +429,64 @@ impl Classify for HttpStatus {
             500..=599 => Some(Reason::ServerError),
             _ => None,
         }
+    }
+}
+
+/// A value that carries an HTTP status: what a field marked
+/// `#[classify(status)]` must be, so that `#[derive(Classify)]` classifies
+/// it as [`HttpStatus`] does.
+///
+/// Implemented for `u16`, [`HttpStatus`] and (with the `reqwest` or the
+/// `idempotency-server` feature) `http::StatusCode`, which is also
+/// `reqwest::StatusCode`. Implement it for a status type of your own.
+///
+/// ```
+/// use resilience::retry::{AsHttpStatus, Classify, HttpStatus, Verdict};
+///
+/// assert_eq!(502u16.as_http_status(), HttpStatus(502));
+/// assert_eq!(503u16.as_http_status().classify(), Verdict::Transient);
+/// ```
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not an HTTP status",
+    label = "`#[classify(status)]` needs a field that holds an HTTP status",
+    note = "a status field is a `u16`, an `http::StatusCode` (also `reqwest::StatusCode`) or a `resilience::retry::HttpStatus`; implement `resilience::retry::AsHttpStatus` for `{Self}` to use it as one"
+)]
+pub trait AsHttpStatus {
+    /// The status.
+    fn as_http_status(&self) -> HttpStatus;
+}
+
+impl AsHttpStatus for u16 {
+    fn as_http_status(&self) -> HttpStatus {
+        HttpStatus(*self)
+    }
+}
+
+impl AsHttpStatus for HttpStatus {
+    fn as_http_status(&self) -> HttpStatus {
+        *self
+    }
+}
+
+#[cfg(feature = "reqwest")]
+impl AsHttpStatus for reqwest::StatusCode {
+    fn as_http_status(&self) -> HttpStatus {
+        HttpStatus(self.as_u16())
+    }
+}
+
+// `reqwest::StatusCode` is `http::StatusCode`: one impl, whichever feature
+// brings the type.
+#[cfg(all(feature = "idempotency-server", not(feature = "reqwest")))]
+impl AsHttpStatus for http::StatusCode {
+    fn as_http_status(&self) -> HttpStatus {
+        HttpStatus(self.as_u16())
+    }
+}
+
+impl<T: AsHttpStatus + ?Sized> AsHttpStatus for &T {
+    fn as_http_status(&self) -> HttpStatus {
+        (**self).as_http_status()
     }
 }
 

@@ -10,8 +10,8 @@ use pin_project_lite::pin_project;
 use rand::RngCore;
 
 use super::attempts::{AttemptTimer, Attempts, Kept, Next, NotKept, Slot};
-use super::{Classify, Outcome, Policy, Verdict};
-use crate::error::{Cause, Error};
+use super::{Classify, FromRuntimeError, Outcome, Policy, Verdict};
+use crate::error::Cause;
 
 /// Decides, at one call site, whether an error is worth retrying.
 ///
@@ -437,13 +437,13 @@ impl<F, Fut, N, W, R, S: Slot> RetryProj<'_, F, Fut, N, W, R, S> {
     fn start_attempt<T, E>(&mut self) -> Option<Poll<Result<T, E>>>
     where
         F: FnMut() -> Fut,
-        E: From<Error>,
+        E: FromRuntimeError,
         N: Notify<E>,
     {
         match self.attempts.begin() {
             Ok(timer) => self.timer.as_mut().start(timer),
             Err(reason) => {
-                let error = E::from(self.attempts.refused(reason, None));
+                let error = E::from_runtime(self.attempts.refused(reason, None));
                 return Some(self.give_up(error, reason));
             }
         }
@@ -471,7 +471,7 @@ impl<F, Fut, T, E, N, W, R, S: Slot> Future for Retry<F, Fut, N, W, R, S>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<T, E>>,
-    E: From<Error>,
+    E: FromRuntimeError,
     N: Notify<E>,
     W: When<E>,
     R: RngCore,
@@ -527,7 +527,7 @@ fn poll_chain<F, Fut, T, E, N, W, R, S: Slot>(
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<T, E>>,
-    E: From<Error>,
+    E: FromRuntimeError,
     N: Notify<E>,
     W: When<E>,
     R: RngCore,
@@ -554,7 +554,7 @@ where
                         // The timer fired: drop the attempt in flight.
                         this.state.set(State::Idle);
                         let (error, stop) = this.attempts.cut(cut);
-                        let error = E::from(error);
+                        let error = E::from_runtime(error);
                         if let Some(reason) = stop {
                             // Final whatever a custom classifier would say.
                             return this.give_up(error, reason);
@@ -599,7 +599,7 @@ where
                         this.state.set(State::Done);
                         let kept = this.when.keep(error);
                         let error = this.attempts.deadline_passed(kept);
-                        return Poll::Ready(Err(E::from(error)));
+                        return Poll::Ready(Err(E::from_runtime(error)));
                     }
                     Next::GiveUp(GiveUp::Nested) => {
                         if let Some(outer) = super::layer::outer() {

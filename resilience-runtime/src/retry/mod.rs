@@ -48,7 +48,9 @@ mod retry_after;
 
 pub use attempts::{AttemptTimer, Attempts, Cut, Kept, Next, NotKept, Slot};
 pub use backoff::{Backoff, Delays, Growth, Jitter, MIN_JITTER};
-pub use classify::{Classify, HttpStatus, Outcome, Reason, SqlState, Verdict};
+pub use classify::{
+    AsHttpStatus, Classify, FromRuntimeError, HttpStatus, Outcome, Reason, SqlState, Verdict,
+};
 pub use executor::{ByClassify, DefaultRng, Event, GiveUp, KeepLast, Notify, Quiet, Retry, When};
 pub use policy::{Policy, PolicyBuilder};
-pub use retry_after::{parse_retry_after, parse_retry_after_bytes};
+pub use retry_after::{AsRetryAfter, parse_retry_after, parse_retry_after_bytes};

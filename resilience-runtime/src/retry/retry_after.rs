@@ -35,6 +35,42 @@ pub fn parse_retry_after(value: &str, now: SystemTime) -> Option<Duration> {
     Some(at.duration_since(now).unwrap_or(Duration::ZERO))
 }
 
+/// A value that may hold a `Retry-After` delay: what a field marked
+/// `#[classify(retry_after)]` must be, so that `#[derive(Classify)]` waits
+/// that long before the next attempt.
+///
+/// Implemented for `Duration` and `Option<Duration>` (see
+/// [`parse_retry_after`] to get one from the header).
+///
+/// ```
+/// use resilience::retry::AsRetryAfter;
+/// use std::time::Duration;
+///
+/// assert_eq!(Duration::from_secs(2).as_retry_after(), Some(Duration::from_secs(2)));
+/// assert_eq!(None::<Duration>.as_retry_after(), None);
+/// ```
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not a `Retry-After` delay",
+    label = "`#[classify(retry_after)]` needs a `Duration` or an `Option<Duration>`",
+    note = "parse the header into a `Duration` with `resilience::retry::parse_retry_after`, and keep it in a field of type `Option<std::time::Duration>`"
+)]
+pub trait AsRetryAfter {
+    /// The delay, if any.
+    fn as_retry_after(&self) -> Option<Duration>;
+}
+
+impl AsRetryAfter for Duration {
+    fn as_retry_after(&self) -> Option<Duration> {
+        Some(*self)
+    }
+}
+
+impl AsRetryAfter for Option<Duration> {
+    fn as_retry_after(&self) -> Option<Duration> {
+        *self
+    }
+}
+
 /// [`parse_retry_after`] for raw header bytes; non-UTF-8 is garbage too.
 pub fn parse_retry_after_bytes(value: &[u8], now: SystemTime) -> Option<Duration> {
     parse_retry_after(std::str::from_utf8(value).ok()?, now)
