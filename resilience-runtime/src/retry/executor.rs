@@ -124,7 +124,7 @@ pub enum GiveUp {
     Nested,
     /// The chain was started inside a database transaction opened by the
     /// transaction helper, and refused before its first attempt
-    /// ([`Error::RetryInsideTransaction`]).
+    /// ([`Error::RetryInsideTransaction`](crate::Error::RetryInsideTransaction)).
     InTransaction,
 }
 
@@ -334,7 +334,7 @@ where
     }
 
     /// Keeps each failed attempt's error, so that a chain that then runs
-    /// out of time ([`Error::BudgetExhausted`], [`Error::DeadlineExceeded`])
+    /// out of time ([`Error::BudgetExhausted`](crate::Error::BudgetExhausted), [`Error::DeadlineExceeded`](crate::Error::DeadlineExceeded))
     /// tells the caller what the dependency answered before it hung, as
     /// the error's `source()` and in its message. Costs one allocation per
     /// retried attempt; the attributes always do it for an error type that
