@@ -72,8 +72,13 @@ pub(crate) fn expand(args: TokenStream, input: TokenStream) -> TokenStream {
             errors.push(err);
         }
     }
-    if let Err(err) = validate::breaker_body(&item) {
-        errors.push(err);
+    // A fn that is not async was refused already, and awaits nothing
+    // for that reason.
+    let is_async = async_trait.is_some() || item.sig.asyncness.is_some();
+    if is_async {
+        if let Err(err) = validate::breaker_body(&item) {
+            errors.push(err);
+        }
     }
     let copies = retry.is_some() || breaker.fallback.is_some();
     let mut rewritten = item.clone();
@@ -83,12 +88,19 @@ pub(crate) fn expand(args: TokenStream, input: TokenStream) -> TokenStream {
             errors.push(err);
         }
     }
-    rewritten.attrs.extend(passed);
+    rewritten.attrs.extend(passed.iter().cloned());
+    // Refused, the fn keeps the marker of its `#[retry]`, so that the
+    // import of `retry` stays used and no warning joins the errors.
+    item.attrs.extend(passed);
     let result = match result {
         Ok(result) if errors.len() == 0 => result,
         Ok(_) => return item::with_errors(item, errors),
+        // A fn that is not async was refused already: its return type is
+        // a second symptom of the same mistake.
         Err(err) => {
-            errors.push(err);
+            if async_trait.is_some() || item.sig.asyncness.is_some() {
+                errors.push(err);
+            }
             return item::with_errors(item, errors);
         }
     };

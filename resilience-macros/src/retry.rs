@@ -43,8 +43,12 @@ pub(crate) fn expand(args: TokenStream, input: TokenStream) -> TokenStream {
     let result = match result {
         Ok(result) if errors.len() == 0 => result,
         Ok(_) => return item::with_errors(item, errors),
+        // A fn that is not async was refused already: its return type is
+        // a second symptom of the same mistake.
         Err(err) => {
-            errors.push(err);
+            if async_trait.is_some() || item.sig.asyncness.is_some() {
+                errors.push(err);
+            }
             return item::with_errors(item, errors);
         }
     };

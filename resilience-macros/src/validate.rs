@@ -380,13 +380,55 @@ pub(crate) fn asyncness(sig: &Signature, attribute: &str) -> syn::Result<()> {
     if sig.asyncness.is_some() {
         return Ok(());
     }
+    if let Some(output) = future_output(sig) {
+        return Err(syn::Error::new(
+            sig.fn_token.span,
+            format!(
+                "`#[{attribute}]` can only be applied to an `async fn`, and `{name}` returns `impl Future`\n  = note: the attribute runs the fn's body once per attempt; a fn that builds a future and returns it has no body to run again\n  = help: write it as `async fn {name}(…) -> {output}`, with the future's code as its body",
+                name = sig.ident,
+                output = quote::ToTokens::to_token_stream(output)
+                    .to_string()
+                    .replace(" <", "<")
+                    .replace("< ", "<")
+                    .replace(" >", ">")
+                    .replace(" ,", ",")
+                    .replace(" :: ", "::"),
+            ),
+        ));
+    }
     Err(syn::Error::new(
         sig.fn_token.span,
         format!(
-            "`#[{attribute}]` can only be applied to an `async fn`\n  = help: write `async fn {}(…)`; a fn that returns a future cannot be protected because its body is not the operation",
+            "`#[{attribute}]` can only be applied to an `async fn`\n  = help: write `async fn {}(…)`; the attribute awaits every attempt and pauses between them on tokio's timer, which a blocking fn cannot do",
             sig.ident
         ),
     ))
+}
+
+/// The `Output` of a return type written `impl Future<Output = …>`.
+pub(crate) fn future_output(sig: &Signature) -> Option<&syn::Type> {
+    let syn::ReturnType::Type(_, ty) = &sig.output else {
+        return None;
+    };
+    let syn::Type::ImplTrait(imp) = &**ty else {
+        return None;
+    };
+    imp.bounds.iter().find_map(|bound| {
+        let syn::TypeParamBound::Trait(bound) = bound else {
+            return None;
+        };
+        let last = bound.path.segments.last()?;
+        if last.ident != "Future" {
+            return None;
+        }
+        let syn::PathArguments::AngleBracketed(args) = &last.arguments else {
+            return None;
+        };
+        args.args.iter().find_map(|arg| match arg {
+            syn::GenericArgument::AssocType(assoc) if assoc.ident == "Output" => Some(&assoc.ty),
+            _ => None,
+        })
+    })
 }
 
 /// Is `attr` the attribute `name`, written bare or through `resilience`?
