@@ -1,5 +1,5 @@
-//! A client of a flaky in-process HTTP service, exporting the SPEC §7
-//! metrics as Prometheus text on `/metrics`.
+//! A client of a flaky in-process HTTP service, exporting the metrics of
+//! `resilience::guide` as Prometheus text on `/metrics`.
 //!
 //! `cargo run --example metrics` plays a bounded scenario (recoveries,
 //! exhausted retries, a bad request, a dropped connection, then an outage
@@ -66,8 +66,8 @@ struct UserClient {
 
 impl UserClient {
     /// One attempt; the attributes make it one logical call: a span and a
-    /// duration, the breaker `users` around up to 3 attempts (SPEC §5
-    /// layer order). The cooldown is short for the demo (SPEC: 30 s). The
+    /// duration, the breaker `users` around up to 3 attempts (the layer order of
+    /// `resilience::guide`). The cooldown is short for the demo (the default: 30 s). The
     /// retry site takes the breaker's name so that every series of the
     /// dependency has the same `target` (by default it is the fn's path).
     #[circuit_breaker(name = "users", min = 4, ratio = 0.5, cooldown = "500ms")]

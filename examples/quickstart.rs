@@ -99,7 +99,7 @@ struct Client {
 }
 
 impl Client {
-    // Caller → breaker → retry → transport (SPEC §5): the breaker counts
+    // Caller → breaker → retry → transport (see `resilience::guide`): the breaker counts
     // one logical call, however many attempts the retries make, and when
     // it is open no attempt runs. The body runs again, whole, on every
     // attempt.
@@ -116,7 +116,7 @@ impl Client {
         Ok(response.check().await?.text().await?)
     }
 
-    // A POST may be retried only with an idempotency key (SPEC §3): the
+    // A POST may be retried only with an idempotency key (see `resilience::guide`): the
     // macro refuses `create_*` without one. Every attempt gets a clone of
     // `key`, so the server sees the same value each time.
     #[retry(max = 3, initial = "100ms")]
@@ -188,7 +188,7 @@ impl Client {
     }
 
     /// The user, or the last good value marked stale when the dependency
-    /// is down (SPEC §6: never an unmarked stub).
+    /// is down (never an unmarked stub: see `resilience::guide`).
     async fn get_user_or_stale(&self, id: u64) -> Result<(String, bool), HttpError> {
         match self.fetch_user(id).await {
             Ok(user) => Ok((user, false)),

@@ -9,7 +9,7 @@
 //! - `POST /payments` creates a payment behind the library's own
 //!   server-side idempotency layer
 //!   ([`IdempotencyLayer`](resilience::idempotency::server::IdempotencyLayer),
-//!   SPEC §3): a request without `Idempotency-Key` gets
+//!   see `resilience::guide`): a request without `Idempotency-Key` gets
 //!   `400 missing_idempotency_key`, the first response per key is stored and
 //!   replayed to later requests with `X-Idempotency-Replay: true`.
 //! - Faults are played outside that layer, as the network would: a scripted

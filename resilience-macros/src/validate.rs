@@ -11,7 +11,7 @@ use crate::duration::display;
 use crate::errors::Errors;
 
 /// The smallest jitter factor: below it clients that failed together retry
-/// together (SPEC §1, anti-pattern 2).
+/// together (`resilience::guide`, retry and mistake 2).
 const MIN_JITTER: f64 = 0.1;
 
 /// The values a retry preset starts from, as in the runtime's
@@ -446,7 +446,7 @@ pub(crate) fn is_attribute(attr: &Attribute, name: &str) -> bool {
     }
 }
 
-/// The layers must nest caller → breaker → retry (SPEC §5): `#[retry]` is
+/// The layers must nest caller → breaker → retry (`resilience::guide`, circuit breaker): `#[retry]` is
 /// expanded first when it is written above `#[circuit_breaker]`, and then
 /// finds the breaker below it.
 pub(crate) fn order(item: &ItemFn) -> syn::Result<()> {
@@ -465,7 +465,7 @@ pub(crate) fn order(item: &ItemFn) -> syn::Result<()> {
 
 /// `#[tracing::instrument]` written above our attributes expands first and
 /// opens its span inside the body, so every attempt would get its own
-/// span; SPEC §7 wants one span per logical call.
+/// span; the guide (`resilience::guide`, metrics) wants one span per logical call.
 pub(crate) fn instrument_order(item: &ItemFn, attribute: &str) -> syn::Result<()> {
     let instrumented = item.block.stmts.iter().any(|stmt| match stmt {
         syn::Stmt::Local(local) => match &local.pat {

@@ -3,7 +3,7 @@
 //!
 //! This is Go's `ctx` deadline for async Rust: a handler declares how long
 //! its caller will wait, and every retry loop below it, however deep, stops
-//! at that time instead of sleeping past it (SPEC §4). The deadline is
+//! at that time instead of sleeping past it (the guide's rules on [deadlines](crate::guide#deadlines-and-budgets)). The deadline is
 //! scoped to the future it wraps, like a task-local: it needs no extra
 //! parameter and does not leak into tasks spawned from inside.
 //!

@@ -230,7 +230,7 @@ impl Eq for Cause {}
 /// A call rejected by a circuit breaker: the dependency is considered down.
 ///
 /// Carries the breaker's name so that the caller's logs say which
-/// dependency is down. It is never a success in disguise (SPEC §5): callers
+/// dependency is down. It is never a success in disguise (the guide's rules on [circuit breaker](crate::guide#circuit-breaker)): callers
 /// either surface it or choose an explicit, marked fallback.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[error("dependency down: circuit breaker `{breaker}` is {state}")]

@@ -2,6 +2,7 @@
 //! everything that runs when a protected call runs.
 //!
 //! - [`retry`]: backoff with jitter, the classifier, the retry executor;
+//! - [`guide`]: the rules all of this enforces, and why;
 //! - [`breaker`]: circuit breakers that stop calling a dependency that is
 //!   down;
 //! - [`registry`]: named breakers and retry policies, configured at startup
@@ -10,7 +11,7 @@
 //! - [`consumer`]: background consumers that retry a message under the
 //!   `background` preset and hand a poison one to a dead-letter queue;
 //! - [`idempotency`]: keys that make a retried POST safe;
-//! - [`telemetry`]: the metrics, spans and events of SPEC §7;
+//! - [`telemetry`]: the metrics, spans and events of the guide's rules on [metrics](crate::guide#metrics-and-alerts);
 //! - `http` (feature `reqwest`): the reqwest integration;
 //! - `db` (feature `sqlx-postgres`): PostgreSQL transactions retried as a
 //!   whole on serialization failures and deadlocks.
@@ -29,6 +30,8 @@ pub mod deadline;
 mod error;
 #[cfg(feature = "reqwest")]
 pub mod http;
+#[doc = include_str!("guide.md")]
+pub mod guide {}
 pub mod idempotency;
 pub mod registry;
 pub mod retry;

@@ -30,7 +30,7 @@ pub struct SlowCall {
 }
 
 /// When a [`CircuitBreaker`](super::CircuitBreaker) trips, how long it
-/// stays open and how it probes (SPEC §5).
+/// stays open and how it probes (the guide's rules on [circuit breaker](crate::guide#circuit-breaker)).
 ///
 /// The breaker trips (closed → open) when, inside the window, there were
 /// at least `min` calls AND failures are at least `ratio` of them. It
@@ -85,7 +85,7 @@ impl Default for BreakerConfig {
 pub(crate) const BUCKETS: usize = 10;
 
 impl BreakerConfig {
-    /// The SPEC defaults: min 20, ratio 0.5, window 60 s, cooldown 30 s,
+    /// The [guide's](crate::guide#circuit-breaker) defaults: min 20, ratio 0.5, window 60 s, cooldown 30 s,
     /// 1 half-open probe.
     pub const fn new() -> Self {
         Self {

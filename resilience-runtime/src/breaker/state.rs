@@ -3,7 +3,7 @@
 
 use std::fmt;
 
-/// The state of a circuit breaker (SPEC §5).
+/// The state of a circuit breaker (the guide's rules on [circuit breaker](crate::guide#circuit-breaker)).
 ///
 /// The private state machine carries more (the generation of each state,
 /// the probes in flight, whether an operator forced it); this is what
@@ -29,7 +29,7 @@ impl State {
         }
     }
 
-    /// The value of the `circuit_breaker_state` gauge (SPEC §7): 0 closed,
+    /// The value of the `circuit_breaker_state` gauge (the guide's rules on [metrics](crate::guide#metrics-and-alerts)): 0 closed,
     /// 1 half-open, 2 open.
     pub const fn as_gauge(self) -> u8 {
         match self {

@@ -1,4 +1,4 @@
-//! The classifier of SPEC §2 applied to reqwest's errors and responses.
+//! The classifier of the guide's rules on [what may be retried](crate::guide#what-may-be-retried) applied to reqwest's errors and responses.
 
 use std::error::Error as StdError;
 use std::time::{Duration, SystemTime};
@@ -6,7 +6,7 @@ use std::time::{Duration, SystemTime};
 use crate::retry::{Classify, HttpStatus, Reason, Verdict, parse_retry_after_bytes};
 
 /// The verdict for a response: its status, and `Retry-After` on `429` and
-/// `503` (SPEC §2). A `2xx` is [`Verdict::Permanent`]: nothing to retry.
+/// `503` (the guide's rules on [what may be retried](crate::guide#what-may-be-retried)). A `2xx` is [`Verdict::Permanent`]: nothing to retry.
 ///
 /// ```
 /// use resilience_runtime::http::classify_response;

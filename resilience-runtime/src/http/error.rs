@@ -127,7 +127,7 @@ pub enum HttpError {
         url: Box<Url>,
     },
     /// A `POST` or `PATCH` was to be retried without an `Idempotency-Key`
-    /// header (SPEC §3): a retry could run it twice. Refused before the
+    /// header (the guide's rules on [idempotency](crate::guide#idempotency-first-retry-second)): a retry could run it twice. Refused before the
     /// first attempt; permanent.
     #[error(
         "`{method} {url}` would be retried without an `Idempotency-Key` header; \

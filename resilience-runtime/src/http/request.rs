@@ -27,7 +27,7 @@ pub trait RequestBuilderExt: sealed::Sealed + Sized {
     /// Sets the `Idempotency-Key` header to `key`.
     ///
     /// Build the key once per logical call, outside the retried code, so
-    /// that every attempt carries the same value (SPEC §3).
+    /// that every attempt carries the same value (the guide's rules on [idempotency](crate::guide#idempotency-first-retry-second)).
     ///
     /// ```
     /// use resilience_runtime::IdempotencyKey;
@@ -46,7 +46,7 @@ pub trait RequestBuilderExt: sealed::Sealed + Sized {
 
     /// Sends the request under `policy`: every attempt sends the same
     /// request again (body included), a non-success status is a
-    /// [`StatusError`], and the verdicts follow SPEC §2.
+    /// [`StatusError`], and the verdicts follow the guide's rules on [what may be retried](crate::guide#what-may-be-retried).
     ///
     /// Checked before the first attempt, when the policy allows more than
     /// one: the body can be sent again, and a `POST` or `PATCH` carries an

@@ -1,7 +1,7 @@
 //! Idempotency keys: the one thing that makes a retried POST safe.
 //!
 //! A POST retried after a timeout may run twice on the server: the first
-//! attempt may have succeeded after all. The fix (SPEC §3) is a key sent in
+//! attempt may have succeeded after all. The fix (the guide's rules on [idempotency](crate::guide#idempotency-first-retry-second)) is a key sent in
 //! the `Idempotency-Key` header, the same on every attempt of one logical
 //! call, so that the server can store the first response and replay it.
 //!

@@ -45,7 +45,7 @@
 //! Unknown keys, wrong types and out-of-range values are errors naming the
 //! file, the key and the value; nothing falls back to a default silently.
 //! Each `[breakers.*]` and `[retry.*]` section is checked on its own, over
-//! the SPEC defaults, when the file is loaded.
+//! the [guide's](crate::guide) defaults, when the file is loaded.
 //!
 //! # Rules
 //!
@@ -229,7 +229,7 @@ impl Registry {
                 );
                 CircuitBreaker::new_in(self.service, name, from_code)
                     .or_else(|_| CircuitBreaker::new_in(self.service, name, BreakerConfig::new()))
-                    .unwrap_or_else(|_| unreachable!("the SPEC defaults are valid"))
+                    .unwrap_or_else(|_| unreachable!("the default breaker config is valid"))
             }
         }
     }

@@ -46,7 +46,7 @@ pub enum Next {
 }
 
 /// The bookkeeping of one retry chain — attempts made, time spent, jitter
-/// drawn — and the rules that decide what comes next (SPEC §1 and §4).
+/// drawn — and the rules that decide what comes next (the guide ([retry](crate::guide#retry), [deadlines](crate::guide#deadlines-and-budgets))).
 ///
 /// [`Retry`](super::Retry) is built on it, and so is the code of the
 /// `#[retry]` macro, which runs the fn body inline in a loop. Use it for a

@@ -8,13 +8,13 @@ use crate::duration_nanos;
 use crate::error::ConfigError;
 
 /// The smallest jitter factor accepted: below 10 % clients that failed
-/// together retry together (SPEC §1, anti-pattern 2).
+/// together retry together (the guide's rules on [retry](crate::guide#retry), [mistake 2](crate::guide#mistakes-the-library-refuses)).
 pub const MIN_JITTER: f64 = 0.1;
 
 /// How a pause is randomized.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Jitter {
-    /// `delay · (1 ± factor)`, uniform: the SPEC formula. The default is
+    /// `delay · (1 ± factor)`, uniform: the [guide's](crate::guide#retry) formula. The default is
     /// `Symmetric(0.25)`, i.e. ±25 %.
     Symmetric(f64),
     /// `delay · (1 + [0, factor])`: only ever longer, as in the `db_tx`
@@ -38,11 +38,11 @@ pub enum Growth {
 }
 
 /// The pause schedule: `delay(n) = min(max_interval, initial ·
-/// multiplier^n)`, then randomized by [`Jitter`] (SPEC §1).
+/// multiplier^n)`, then randomized by [`Jitter`] (the guide's rules on [retry](crate::guide#retry)).
 ///
 /// # Default
 ///
-/// The SPEC's HTTP defaults: `initial` 100 ms, `multiplier` 2.0,
+/// The [guide's](crate::guide#retry) HTTP defaults: `initial` 100 ms, `multiplier` 2.0,
 /// `max_interval` 2 s, jitter ±25 % — pauses of about 100, 200, 400 ms.
 ///
 /// # Example
@@ -81,7 +81,7 @@ impl Default for Backoff {
 }
 
 impl Backoff {
-    /// The SPEC's HTTP schedule (see [# Default](Self#default)).
+    /// The [guide's](crate::guide#retry) HTTP schedule (see [# Default](Self#default)).
     pub const fn new() -> Self {
         Self {
             initial: duration_nanos(Duration::from_millis(100)),
@@ -172,7 +172,7 @@ impl Backoff {
         }
     }
 
-    /// Checks the rules of SPEC §1: a non-zero `initial` no larger than
+    /// Checks the rules of the guide's rules on [retry](crate::guide#retry): a non-zero `initial` no larger than
     /// `max_interval`, a finite `multiplier` of at least 1, and a jitter
     /// factor in `[0.1, 1]`.
     pub fn validate(&self) -> Result<(), ConfigError> {

@@ -130,7 +130,7 @@ impl Outcome {
 }
 
 /// Why a dependency failed, as exported in the `reason` label of
-/// `dependency_errors_total` (SPEC §7). The set is closed so that the
+/// `dependency_errors_total` (the guide's rules on [metrics](crate::guide#metrics-and-alerts)). The set is closed so that the
 /// label's cardinality stays bounded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Reason {
@@ -377,7 +377,7 @@ impl Classify for Error {
     }
 }
 
-/// An HTTP status code, classified by SPEC §2.
+/// An HTTP status code, classified by the guide's rules on [what may be retried](crate::guide#what-may-be-retried).
 ///
 /// ```
 /// use resilience_runtime::retry::{Classify, HttpStatus, Verdict};
@@ -490,7 +490,7 @@ impl<T: AsHttpStatus + ?Sized> AsHttpStatus for &T {
     }
 }
 
-/// A five-character SQLSTATE code, classified by SPEC §2: only
+/// A five-character SQLSTATE code, classified by the guide's rules on [what may be retried](crate::guide#what-may-be-retried): only
 /// `40001` (serialization_failure) and `40P01` (deadlock_detected) are
 /// transient; every other code, `23503` and `23505` included, is a
 /// business error.

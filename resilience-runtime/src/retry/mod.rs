@@ -3,10 +3,10 @@
 //!
 //! The pieces, each in its own module:
 //!
-//! - [`Backoff`]: how long to pause (SPEC §1), with [`Jitter`] strategies;
+//! - [`Backoff`]: how long to pause (the guide's rules on [retry](crate::guide#retry)), with [`Jitter`] strategies;
 //! - [`Policy`]: a validated schedule plus the bounds of the whole chain,
 //!   with the presets `http`, `background` and `db_tx`;
-//! - [`Classify`]: the one source of truth on what may be retried (SPEC §2);
+//! - [`Classify`]: the one source of truth on what may be retried (the guide's rules on [what may be retried](crate::guide#what-may-be-retried));
 //! - [`Retry`]: the executor, a future that runs an async operation under a
 //!   policy;
 //! - [`Attempts`]: the same rules for code that drives its own loop.

@@ -11,7 +11,7 @@ use crate::error::ConfigError;
 /// one attempt, and how to pause between them.
 ///
 /// A `Policy` is always valid: it comes from a preset or from
-/// [`PolicyBuilder::build`], which checks every rule of SPEC §1 and §4.
+/// [`PolicyBuilder::build`], which checks every rule of the guide ([retry](crate::guide#retry), [deadlines](crate::guide#deadlines-and-budgets)).
 /// Every chain is bounded twice, by attempts and by elapsed time.
 ///
 /// # Default
@@ -70,7 +70,7 @@ impl Policy {
 
     /// Retrying a whole database transaction on `40001`/`40P01`: 3
     /// attempts, `10 ms · attempt²` plus up to 25 %, 5 s in all. Wrap the
-    /// transaction, never a call inside one (anti-pattern 4).
+    /// transaction, never a call inside one ([mistake 4](crate::guide#mistakes-the-library-refuses)).
     pub const fn db_tx() -> Self {
         // Evaluated at compile time even where called at run time.
         const POLICY: Policy = PolicyBuilder::db_tx().build_unchecked();

@@ -182,7 +182,7 @@ impl Status {
 }
 
 /// The `kind` label of `http_client_fallbacks_total`: which fallback of
-/// SPEC §6 answered the call.
+/// the guide's rules on [fallbacks](crate::guide#fallbacks) answered the call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Fallback {
     /// A stale cached value, marked as stale.
@@ -210,7 +210,7 @@ impl Fallback {
 
 /// Records that a call to `labels.target()` was answered by a fallback:
 /// counts it in `http_client_fallbacks_total{kind}` and logs it at WARN
-/// (SPEC §6: a stale answer is always logged).
+/// (the guide's rules on [fallbacks](crate::guide#fallbacks): a stale answer is always logged).
 ///
 /// ```
 /// use resilience_runtime::telemetry::{self, Fallback, Labels};

@@ -1,4 +1,4 @@
-//! Metrics and traces of protected calls, exactly as SPEC §7 names them.
+//! Metrics and traces of protected calls, exactly as the guide's rules on [metrics](crate::guide#metrics-and-alerts) names them.
 //!
 //! # Metrics
 //!
@@ -78,7 +78,7 @@
 //! Nothing to change: add `tracing_opentelemetry::layer()` to the
 //! subscriber as usual. The span becomes an OpenTelemetry span of kind
 //! `client` named `resilience.call`, its events become span events (so Tempo
-//! or Jaeger show the chain of attempts of one request, SPEC §7), and
+//! or Jaeger show the chain of attempts of one request, the guide's rules on [metrics](crate::guide#metrics-and-alerts)), and
 //! `otel.status_code` marks failed calls. An HTTP client instrumented
 //! with its own spans (e.g. `reqwest-tracing`) nests one span per attempt
 //! under it, since every attempt is polled inside the call's span.
@@ -121,11 +121,11 @@ pub const BREAKER_TRIPS_TOTAL: &str = "circuit_breaker_trips_total";
 /// attempts and rejected calls that are the dependency's fault.
 pub const DEPENDENCY_ERRORS_TOTAL: &str = "dependency_errors_total";
 /// `http_client_fallbacks_total{service,target,kind}`: a counter of calls
-/// answered by a fallback (SPEC §6).
+/// answered by a fallback (the guide's rules on [fallbacks](crate::guide#fallbacks)).
 pub const FALLBACKS_TOTAL: &str = "http_client_fallbacks_total";
 
 /// Histogram buckets for [`REQUEST_DURATION_SECONDS`], in seconds: from a
-/// fast local answer (5 ms) to a whole retry budget (SPEC §1: ≤ 5 s, up to
+/// fast local answer (5 ms) to a whole retry budget (the guide's rules on [retry](crate::guide#retry): ≤ 5 s, up to
 /// 6 s with the last attempt) and beyond.
 pub const DURATION_BUCKETS: &[f64] = &[
     0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,

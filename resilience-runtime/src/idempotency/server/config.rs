@@ -13,8 +13,8 @@ use crate::error::ConfigError;
 ///
 /// | setting | default | why |
 /// |---|---|---|
-/// | methods | `POST`, `PATCH` | the non-idempotent methods (SPEC §3); `GET`, `HEAD`, `OPTIONS`, `PUT`, `DELETE` pass through |
-/// | ttl | 24 h | how long a response is replayed (SPEC §3) |
+/// | methods | `POST`, `PATCH` | the non-idempotent methods (the guide's rules on [idempotency](crate::guide#idempotency-first-retry-second)); `GET`, `HEAD`, `OPTIONS`, `PUT`, `DELETE` pass through |
+/// | ttl | 24 h | how long a response is replayed (the guide's rules on [idempotency](crate::guide#idempotency-first-retry-second)) |
 /// | lock ttl | 60 s | how long a crashed request blocks its key; above a 30 s handler deadline |
 /// | store timeout | 1 s | the longest wait on one store call; a store slower than that is down (`503`) |
 /// | max request body | 2 MiB | the request is buffered to fingerprint it (axum's own default limit) |

@@ -1,4 +1,4 @@
-//! The server's side of idempotency (SPEC §3): a tower layer that runs a
+//! The server's side of idempotency (the guide's rules on [idempotency](crate::guide#idempotency-first-retry-second)): a tower layer that runs a
 //! handler at most once per `Idempotency-Key` and replays its response.
 //!
 //! Enabled by the `idempotency-server` feature; `idempotency-redis` adds
