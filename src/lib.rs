@@ -29,7 +29,20 @@
 //!
 //! See [`retry`](macro@retry) and [`circuit_breaker`] for every argument
 //! and rule; everything they call is also usable by hand ([`retry::Policy`],
-//! [`breaker::CircuitBreaker`], [`registry`], [`deadline`]).
+//! [`breaker::CircuitBreaker`], [`registry`], [`deadline`]). Your own error
+//! types get their verdicts from [`derive(Classify)`](derive@Classify), and
+//! [`guide`] states every rule the library enforces, and why.
+//!
+//! # Tokio
+//!
+//! The pauses between attempts, the per-attempt timeouts, the deadlines and
+//! the breakers' probe timeouts run on Tokio's timer: call protected fns
+//! from a Tokio runtime with the timer enabled (`#[tokio::main]`,
+//! `#[tokio::test]`, or a `Runtime` built with `enable_time()` or
+//! `enable_all()`). Any Tokio flavor works, current-thread or multi-thread.
+//! A call that needs the timer outside one (say, under
+//! `futures::executor::block_on`) panics with a message that says so; a
+//! call whose first attempt succeeds without a timeout needs no timer.
 #![forbid(unsafe_code)]
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 

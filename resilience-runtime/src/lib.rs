@@ -53,3 +53,19 @@ pub(crate) const fn duration_nanos(duration: std::time::Duration) -> u64 {
         nanos as u64
     }
 }
+
+/// The message of the panic a timer raises outside a Tokio runtime.
+pub(crate) const NO_TOKIO: &str = "resilience needs a Tokio runtime with its timer: a protected call paused before a retry, or timed an attempt, outside one (for example under `futures::executor::block_on`); run it inside a Tokio runtime (`#[tokio::main]`, `#[tokio::test]`, or `Runtime::block_on` of a runtime built with `enable_time()` or `enable_all()`)";
+
+/// `tokio::time::sleep_until`, with a panic that says what is missing when
+/// no Tokio runtime runs the call (tokio's own says "no reactor running").
+///
+/// # Panics
+///
+/// Outside a Tokio runtime, with [`NO_TOKIO`].
+pub(crate) fn sleep_until(until: tokio::time::Instant) -> tokio::time::Sleep {
+    if tokio::runtime::Handle::try_current().is_err() {
+        panic!("{NO_TOKIO}");
+    }
+    tokio::time::sleep_until(until)
+}

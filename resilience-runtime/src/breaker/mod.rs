@@ -928,7 +928,7 @@ impl Cut {
             }
         };
         Some(Cut {
-            sleep: tokio::time::sleep_until(until),
+            sleep: crate::sleep_until(until),
             by_deadline,
         })
     }
