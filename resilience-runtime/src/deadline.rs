@@ -8,7 +8,7 @@
 //! parameter and does not leak into tasks spawned from inside.
 //!
 //! ```
-//! use resilience_runtime::deadline;
+//! use resilience::deadline;
 //! use std::time::Duration;
 //!
 //! # #[tokio::main(flavor = "current_thread")] async fn main() {

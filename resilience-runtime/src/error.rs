@@ -18,7 +18,7 @@ use std::time::Duration;
 ///     #[error("http status {0}")]
 ///     Status(u16),
 ///     #[error(transparent)]
-///     Resilience(#[from] resilience_runtime::Error),
+///     Resilience(#[from] resilience::Error),
 /// }
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -106,7 +106,7 @@ impl Error {
     /// cause: 0 when the deadline had passed before the first one.
     ///
     /// ```
-    /// use resilience_runtime::{Classify, Error, Verdict};
+    /// use resilience::{Classify, Error, Verdict};
     ///
     /// assert_eq!(Error::deadline_exceeded(0).classify(), Verdict::Ignored);
     /// assert_eq!(
@@ -125,7 +125,7 @@ impl Error {
     /// `attempts` in flight, without a cause.
     ///
     /// ```
-    /// use resilience_runtime::Error;
+    /// use resilience::Error;
     /// use std::time::Duration;
     ///
     /// assert_eq!(
@@ -176,7 +176,7 @@ impl Error {
 /// by hand. Two causes are equal when they print the same.
 ///
 /// ```
-/// use resilience_runtime::{Cause, Error};
+/// use resilience::{Cause, Error};
 /// use std::error::Error as _;
 /// use std::time::Duration;
 ///
@@ -274,7 +274,7 @@ impl From<Error> for std::io::Error {
 /// the field, the value and the rule it broke.
 ///
 /// ```
-/// use resilience_runtime::retry::Policy;
+/// use resilience::retry::Policy;
 ///
 /// let err = Policy::builder().with_max_attempts(0).build().unwrap_err();
 /// assert_eq!(err.field(), "max_attempts");

@@ -52,7 +52,7 @@ pub struct SlowCall {
 /// # Example
 ///
 /// ```
-/// use resilience_runtime::breaker::BreakerConfig;
+/// use resilience::breaker::BreakerConfig;
 /// use std::time::Duration;
 ///
 /// const PAYMENTS: BreakerConfig = BreakerConfig::critical()
@@ -61,7 +61,7 @@ pub struct SlowCall {
 /// PAYMENTS.validate()?;
 /// assert_eq!(PAYMENTS.failure_ratio(), 0.3);
 /// assert_eq!(PAYMENTS.min_requests(), 10);
-/// # Ok::<(), resilience_runtime::ConfigError>(())
+/// # Ok::<(), resilience::ConfigError>(())
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq)]
 #[must_use]

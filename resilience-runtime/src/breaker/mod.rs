@@ -8,16 +8,16 @@
 //! another cooldown.
 //!
 //! ```
-//! use resilience_runtime::breaker::{BreakerConfig, CircuitBreaker, State};
-//! use resilience_runtime::retry::{Classify, HttpStatus, Verdict};
+//! use resilience::breaker::{BreakerConfig, CircuitBreaker, State};
+//! use resilience::retry::{Classify, HttpStatus, Verdict};
 //!
 //! #[derive(Debug)]
 //! enum ClientError {
 //!     Status(u16),
-//!     Resilience(resilience_runtime::Error),
+//!     Resilience(resilience::Error),
 //! }
-//! # impl From<resilience_runtime::Error> for ClientError {
-//! #     fn from(err: resilience_runtime::Error) -> Self { ClientError::Resilience(err) }
+//! # impl From<resilience::Error> for ClientError {
+//! #     fn from(err: resilience::Error) -> Self { ClientError::Resilience(err) }
 //! # }
 //! # impl Classify for ClientError {
 //! #     fn classify(&self) -> Verdict {
@@ -29,7 +29,7 @@
 //! # }
 //!
 //! # #[tokio::main(flavor = "current_thread", start_paused = true)]
-//! # async fn main() -> Result<(), resilience_runtime::ConfigError> {
+//! # async fn main() -> Result<(), resilience::ConfigError> {
 //! let breaker = CircuitBreaker::new("user", BreakerConfig::new())?;
 //! for _ in 0..20 {
 //!     let _ = breaker.call(async { Err::<(), _>(ClientError::Status(503)) }).await;
@@ -151,7 +151,7 @@ impl<T> std::ops::Deref for Padded<T> {
 /// # Example
 ///
 /// ```
-/// use resilience_runtime::breaker::{BreakerConfig, CircuitBreaker, State};
+/// use resilience::breaker::{BreakerConfig, CircuitBreaker, State};
 /// use std::time::Duration;
 ///
 /// let breaker = CircuitBreaker::new(
@@ -160,7 +160,7 @@ impl<T> std::ops::Deref for Padded<T> {
 /// )?;
 /// breaker.on_state_change(|name, from, to| println!("{name}: {from} → {to}"));
 /// assert_eq!(breaker.state(), State::Closed);
-/// # Ok::<(), resilience_runtime::ConfigError>(())
+/// # Ok::<(), resilience::ConfigError>(())
 /// ```
 #[derive(Clone)]
 pub struct CircuitBreaker {
@@ -345,14 +345,14 @@ impl CircuitBreaker {
     /// [`call`](Self::call) as a future: the [`Permit`] records the outcome.
     ///
     /// ```
-    /// use resilience_runtime::breaker::{BreakerConfig, CircuitBreaker};
+    /// use resilience::breaker::{BreakerConfig, CircuitBreaker};
     ///
     /// let breaker = CircuitBreaker::new("ledger", BreakerConfig::new())?;
     /// match breaker.try_acquire() {
     ///     Ok(permit) => permit.success(),
     ///     Err(down) => eprintln!("{down}"),
     /// }
-    /// # Ok::<(), resilience_runtime::ConfigError>(())
+    /// # Ok::<(), resilience::ConfigError>(())
     /// ```
     #[inline]
     pub fn try_acquire(&self) -> Result<Permit<'_>, DependencyDown> {
@@ -754,8 +754,8 @@ impl Permit<'_> {
     /// permit dropped unrecorded.
     ///
     /// ```
-    /// use resilience_runtime::breaker::{BreakerConfig, CircuitBreaker};
-    /// use resilience_runtime::Outcome;
+    /// use resilience::breaker::{BreakerConfig, CircuitBreaker};
+    /// use resilience::Outcome;
     ///
     /// let breaker = CircuitBreaker::new("ledger", BreakerConfig::new())?;
     /// breaker.try_acquire()?.settle(Outcome::Failure);

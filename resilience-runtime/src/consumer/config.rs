@@ -28,9 +28,9 @@ use crate::telemetry::Labels;
 /// # Example
 ///
 /// ```
-/// use resilience_runtime::consumer::ConsumerConfig;
-/// use resilience_runtime::retry::Policy;
-/// use resilience_runtime::telemetry::Labels;
+/// use resilience::consumer::ConsumerConfig;
+/// use resilience::retry::Policy;
+/// use resilience::telemetry::Labels;
 /// use std::time::Duration;
 ///
 /// const ORDERS: Labels = Labels::new("billing", "orders");
@@ -42,7 +42,7 @@ use crate::telemetry::Labels;
 /// let err = ConsumerConfig::background(ORDERS, Duration::from_secs(10)).unwrap_err();
 /// assert_eq!((err.field(), err.value()), ("ack_deadline", "10s"));
 /// assert!(err.reason().contains("120s"), "{err}");
-/// # Ok::<(), resilience_runtime::ConfigError>(())
+/// # Ok::<(), resilience::ConfigError>(())
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct ConsumerConfig {
@@ -96,9 +96,9 @@ impl ConsumerConfig {
     /// [`chain_bound`](Self::chain_bound)), or when `ack_deadline` is zero.
     ///
     /// ```
-    /// use resilience_runtime::consumer::ConsumerConfig;
-    /// use resilience_runtime::retry::Policy;
-    /// use resilience_runtime::telemetry::Labels;
+    /// use resilience::consumer::ConsumerConfig;
+    /// use resilience::retry::Policy;
+    /// use resilience::telemetry::Labels;
     /// use std::time::Duration;
     ///
     /// // The preset's shape with shorter pauses: 10 ms ×2, 2 s in all.
@@ -109,7 +109,7 @@ impl ConsumerConfig {
     ///     .build()?;
     /// let config = ConsumerConfig::new(Labels::new("billing", "orders"), policy, Duration::from_secs(5))?;
     /// assert_eq!(config.ack_deadline(), Duration::from_secs(5));
-    /// # Ok::<(), resilience_runtime::ConfigError>(())
+    /// # Ok::<(), resilience::ConfigError>(())
     /// ```
     pub fn new(
         labels: Labels,
@@ -161,13 +161,13 @@ impl ConsumerConfig {
     /// [`ConsumerConfig::new`] with [`Policy::background`].
     ///
     /// ```
-    /// use resilience_runtime::consumer::ConsumerConfig;
-    /// use resilience_runtime::telemetry::Labels;
+    /// use resilience::consumer::ConsumerConfig;
+    /// use resilience::telemetry::Labels;
     /// use std::time::Duration;
     ///
     /// let config = ConsumerConfig::background(Labels::new("billing", "orders"), Duration::from_secs(300))?;
     /// assert_eq!(config.policy().backoff().initial(), Duration::from_millis(500));
-    /// # Ok::<(), resilience_runtime::ConfigError>(())
+    /// # Ok::<(), resilience::ConfigError>(())
     /// ```
     pub fn background(labels: Labels, ack_deadline: Duration) -> Result<Self, ConfigError> {
         Self::new(labels, Policy::background(), ack_deadline)
@@ -188,8 +188,8 @@ impl ConsumerConfig {
     ///   rebalance"), capped by `max_elapsed` too.
     ///
     /// ```
-    /// use resilience_runtime::consumer::ConsumerConfig;
-    /// use resilience_runtime::retry::Policy;
+    /// use resilience::consumer::ConsumerConfig;
+    /// use resilience::retry::Policy;
     /// use std::time::Duration;
     ///
     /// let policy = Policy::background()
@@ -201,7 +201,7 @@ impl ConsumerConfig {
     /// assert_eq!(bound.pauses, Duration::from_millis(19_375));
     /// assert_eq!(bound.rule_of_thumb, Duration::from_secs(16));
     /// assert_eq!(bound.total, Duration::from_millis(25_375));
-    /// # Ok::<(), resilience_runtime::ConfigError>(())
+    /// # Ok::<(), resilience::ConfigError>(())
     /// ```
     pub fn chain_bound(policy: &Policy) -> ChainBound {
         let retries = policy.max_attempts().saturating_sub(1);
@@ -243,14 +243,14 @@ impl ConsumerConfig {
     /// that is applied again. Zero is refused.
     ///
     /// ```
-    /// use resilience_runtime::consumer::ConsumerConfig;
-    /// use resilience_runtime::telemetry::Labels;
+    /// use resilience::consumer::ConsumerConfig;
+    /// use resilience::telemetry::Labels;
     /// use std::time::Duration;
     ///
     /// let config = ConsumerConfig::background(Labels::new("billing", "orders"), Duration::from_secs(300))?
     ///     .with_settled_ttl(Duration::from_secs(7 * 24 * 3600))?;
     /// assert_eq!(config.settled_ttl(), Duration::from_secs(604_800));
-    /// # Ok::<(), resilience_runtime::ConfigError>(())
+    /// # Ok::<(), resilience::ConfigError>(())
     /// ```
     pub fn with_settled_ttl(mut self, ttl: Duration) -> Result<Self, ConfigError> {
         if ttl < self.ack_deadline {
@@ -278,14 +278,14 @@ impl ConsumerConfig {
     /// The policy's first pause (500 ms for the preset).
     ///
     /// ```
-    /// use resilience_runtime::consumer::ConsumerConfig;
-    /// use resilience_runtime::telemetry::Labels;
+    /// use resilience::consumer::ConsumerConfig;
+    /// use resilience::telemetry::Labels;
     /// use std::time::Duration;
     ///
     /// let config = ConsumerConfig::background(Labels::new("billing", "orders"), Duration::from_secs(300))?
     ///     .with_requeue_delay(Duration::from_secs(1));
     /// assert_eq!(config.requeue_delay(), Duration::from_secs(1));
-    /// # Ok::<(), resilience_runtime::ConfigError>(())
+    /// # Ok::<(), resilience::ConfigError>(())
     /// ```
     #[must_use]
     pub const fn with_requeue_delay(mut self, delay: Duration) -> Self {
@@ -296,11 +296,11 @@ impl ConsumerConfig {
     /// The `service` and `target` labels of the consumer's metrics.
     ///
     /// ```
-    /// # use resilience_runtime::{consumer::ConsumerConfig, telemetry::Labels};
+    /// # use resilience::{consumer::ConsumerConfig, telemetry::Labels};
     /// # use std::time::Duration;
     /// let config = ConsumerConfig::background(Labels::new("billing", "orders"), Duration::from_secs(300))?;
     /// assert_eq!(config.labels().target(), "orders");
-    /// # Ok::<(), resilience_runtime::ConfigError>(())
+    /// # Ok::<(), resilience::ConfigError>(())
     /// ```
     pub const fn labels(&self) -> Labels {
         self.labels
@@ -309,11 +309,11 @@ impl ConsumerConfig {
     /// The retry policy of each message.
     ///
     /// ```
-    /// # use resilience_runtime::{consumer::ConsumerConfig, retry::Policy, telemetry::Labels};
+    /// # use resilience::{consumer::ConsumerConfig, retry::Policy, telemetry::Labels};
     /// # use std::time::Duration;
     /// let config = ConsumerConfig::background(Labels::new("billing", "orders"), Duration::from_secs(300))?;
     /// assert_eq!(config.policy(), &Policy::background());
-    /// # Ok::<(), resilience_runtime::ConfigError>(())
+    /// # Ok::<(), resilience::ConfigError>(())
     /// ```
     pub const fn policy(&self) -> &Policy {
         &self.policy
@@ -324,11 +324,11 @@ impl ConsumerConfig {
     /// again once the broker would have redelivered it anyway.
     ///
     /// ```
-    /// # use resilience_runtime::{consumer::ConsumerConfig, telemetry::Labels};
+    /// # use resilience::{consumer::ConsumerConfig, telemetry::Labels};
     /// # use std::time::Duration;
     /// let config = ConsumerConfig::background(Labels::new("billing", "orders"), Duration::from_secs(300))?;
     /// assert_eq!(config.ack_deadline(), Duration::from_secs(300));
-    /// # Ok::<(), resilience_runtime::ConfigError>(())
+    /// # Ok::<(), resilience::ConfigError>(())
     /// ```
     pub const fn ack_deadline(&self) -> Duration {
         self.ack_deadline
@@ -337,11 +337,11 @@ impl ConsumerConfig {
     /// How long the record of a settled message is kept.
     ///
     /// ```
-    /// # use resilience_runtime::{consumer::ConsumerConfig, telemetry::Labels};
+    /// # use resilience::{consumer::ConsumerConfig, telemetry::Labels};
     /// # use std::time::Duration;
     /// let config = ConsumerConfig::background(Labels::new("billing", "orders"), Duration::from_secs(300))?;
     /// assert_eq!(config.settled_ttl(), ConsumerConfig::SETTLED_TTL);
-    /// # Ok::<(), resilience_runtime::ConfigError>(())
+    /// # Ok::<(), resilience::ConfigError>(())
     /// ```
     pub const fn settled_ttl(&self) -> Duration {
         self.settled_ttl
@@ -350,11 +350,11 @@ impl ConsumerConfig {
     /// The pause before a message is handed back to the broker.
     ///
     /// ```
-    /// # use resilience_runtime::{consumer::ConsumerConfig, telemetry::Labels};
+    /// # use resilience::{consumer::ConsumerConfig, telemetry::Labels};
     /// # use std::time::Duration;
     /// let config = ConsumerConfig::background(Labels::new("billing", "orders"), Duration::from_secs(300))?;
     /// assert_eq!(config.requeue_delay(), Duration::from_millis(500));
-    /// # Ok::<(), resilience_runtime::ConfigError>(())
+    /// # Ok::<(), resilience::ConfigError>(())
     /// ```
     pub const fn requeue_delay(&self) -> Duration {
         self.requeue_delay

@@ -26,7 +26,7 @@ impl Settled {
     /// `applied` or `dead_lettered`: the value a store writes.
     ///
     /// ```
-    /// use resilience_runtime::consumer::Settled;
+    /// use resilience::consumer::Settled;
     ///
     /// assert_eq!(Settled::Applied.as_str(), "applied");
     /// assert_eq!(Settled::parse("dead_lettered"), Some(Settled::DeadLettered));
@@ -41,7 +41,7 @@ impl Settled {
     /// The value [`as_str`](Self::as_str) wrote, read back.
     ///
     /// ```
-    /// use resilience_runtime::consumer::Settled;
+    /// use resilience::consumer::Settled;
     ///
     /// assert_eq!(Settled::parse("applied"), Some(Settled::Applied));
     /// assert_eq!(Settled::parse("lock:1234"), None);
@@ -61,7 +61,7 @@ impl Settled {
 /// overwrite the record of the one that took the message after it.
 ///
 /// ```
-/// use resilience_runtime::consumer::Lease;
+/// use resilience::consumer::Lease;
 ///
 /// assert_ne!(Lease::new(), Lease::new());
 /// assert_eq!(Lease::from_token(7).token(), 7);
@@ -113,8 +113,8 @@ pub enum Begin {
 /// up on it.
 ///
 /// ```
-/// use resilience_runtime::consumer::DedupError;
-/// use resilience_runtime::{Classify, Verdict};
+/// use resilience::consumer::DedupError;
+/// use resilience::{Classify, Verdict};
 ///
 /// let err = DedupError::new(std::io::Error::from(std::io::ErrorKind::ConnectionRefused));
 /// assert_eq!(err.classify(), Verdict::Transient);
@@ -174,10 +174,10 @@ impl From<Error> for DedupError {
 /// `RedisDedup` (feature `consumer-redis`) shares them between replicas.
 ///
 /// ```
-/// use resilience_runtime::consumer::{Begin, Dedup, MemoryDedup, Settled};
+/// use resilience::consumer::{Begin, Dedup, MemoryDedup, Settled};
 /// use std::time::Duration;
 ///
-/// # #[tokio::main(flavor = "current_thread", start_paused = true)] async fn main() -> Result<(), resilience_runtime::consumer::DedupError> {
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)] async fn main() -> Result<(), resilience::consumer::DedupError> {
 /// let dedup = MemoryDedup::new();
 /// let Begin::Fresh(lease) = dedup.begin("order-1", Duration::from_secs(30)).await? else { unreachable!() };
 /// assert_eq!(dedup.begin("order-1", Duration::from_secs(30)).await?, Begin::InFlight);
@@ -218,7 +218,7 @@ pub trait Dedup: Send + Sync {
 /// idempotent by themselves.
 ///
 /// ```
-/// use resilience_runtime::consumer::{Begin, Dedup, NoDedup};
+/// use resilience::consumer::{Begin, Dedup, NoDedup};
 /// use std::time::Duration;
 ///
 /// # #[tokio::main(flavor = "current_thread")] async fn main() {
@@ -262,10 +262,10 @@ impl Record {
 /// process: use `RedisDedup` across replicas and restarts.
 ///
 /// ```
-/// use resilience_runtime::consumer::{Begin, Dedup, MemoryDedup};
+/// use resilience::consumer::{Begin, Dedup, MemoryDedup};
 /// use std::time::Duration;
 ///
-/// # #[tokio::main(flavor = "current_thread", start_paused = true)] async fn main() -> Result<(), resilience_runtime::consumer::DedupError> {
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)] async fn main() -> Result<(), resilience::consumer::DedupError> {
 /// let dedup = MemoryDedup::new();
 /// let Begin::Fresh(_crashed) = dedup.begin("order-1", Duration::from_secs(30)).await? else { unreachable!() };
 /// tokio::time::advance(Duration::from_secs(31)).await;
@@ -287,7 +287,7 @@ impl MemoryDedup {
     /// Live records (locks and settled messages).
     ///
     /// ```
-    /// use resilience_runtime::consumer::MemoryDedup;
+    /// use resilience::consumer::MemoryDedup;
     ///
     /// assert_eq!(MemoryDedup::new().len(), 0);
     /// ```
@@ -299,7 +299,7 @@ impl MemoryDedup {
     /// `true` when there is no live record.
     ///
     /// ```
-    /// use resilience_runtime::consumer::MemoryDedup;
+    /// use resilience::consumer::MemoryDedup;
     ///
     /// assert!(MemoryDedup::new().is_empty());
     /// ```

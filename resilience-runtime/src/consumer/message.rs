@@ -10,7 +10,7 @@ use crate::retry::GiveUp;
 /// the handler gets a clone for every attempt.
 ///
 /// ```
-/// use resilience_runtime::consumer::Message;
+/// use resilience::consumer::Message;
 ///
 /// let message = Message::new(&b"{\"order\":1}"[..]).with_id("order-1").with_redelivered(true);
 /// assert_eq!(message.id(), Some("order-1"));
@@ -28,7 +28,7 @@ impl Message {
     /// A message without an id, never delivered before.
     ///
     /// ```
-    /// use resilience_runtime::consumer::Message;
+    /// use resilience::consumer::Message;
     ///
     /// let message = Message::new(vec![1, 2, 3]);
     /// assert_eq!((message.id(), message.payload()), (None, &[1, 2, 3][..]));
@@ -46,7 +46,7 @@ impl Message {
     /// by. A message without one is never deduplicated.
     ///
     /// ```
-    /// use resilience_runtime::consumer::Message;
+    /// use resilience::consumer::Message;
     ///
     /// assert_eq!(Message::new(vec![]).with_id("m-1").id(), Some("m-1"));
     /// ```
@@ -59,7 +59,7 @@ impl Message {
     /// The same message, marked as delivered before (or not).
     ///
     /// ```
-    /// use resilience_runtime::consumer::Message;
+    /// use resilience::consumer::Message;
     ///
     /// assert!(Message::new(vec![]).with_redelivered(true).redelivered());
     /// ```
@@ -72,7 +72,7 @@ impl Message {
     /// The producer's id, if any.
     ///
     /// ```
-    /// # use resilience_runtime::consumer::Message;
+    /// # use resilience::consumer::Message;
     /// assert_eq!(Message::new(vec![]).id(), None);
     /// ```
     pub fn id(&self) -> Option<&str> {
@@ -82,7 +82,7 @@ impl Message {
     /// The body.
     ///
     /// ```
-    /// # use resilience_runtime::consumer::Message;
+    /// # use resilience::consumer::Message;
     /// assert_eq!(Message::new(&b"hi"[..]).payload(), b"hi");
     /// ```
     pub fn payload(&self) -> &[u8] {
@@ -93,7 +93,7 @@ impl Message {
     /// this consumer or another one).
     ///
     /// ```
-    /// # use resilience_runtime::consumer::Message;
+    /// # use resilience::consumer::Message;
     /// assert!(!Message::new(vec![]).redelivered());
     /// ```
     pub fn redelivered(&self) -> bool {
@@ -106,8 +106,8 @@ impl Message {
 /// stopped.
 ///
 /// ```
-/// use resilience_runtime::consumer::{DeadLetter, Message};
-/// use resilience_runtime::retry::GiveUp;
+/// use resilience::consumer::{DeadLetter, Message};
+/// use resilience::retry::GiveUp;
 ///
 /// let letter = DeadLetter::new(Message::new(vec![]), "invalid order", 6, GiveUp::Exhausted);
 /// assert_eq!((letter.attempts, letter.reason), (6, GiveUp::Exhausted));
@@ -132,8 +132,8 @@ impl DeadLetter {
     /// `error`.
     ///
     /// ```
-    /// use resilience_runtime::consumer::{DeadLetter, Message};
-    /// use resilience_runtime::retry::GiveUp;
+    /// use resilience::consumer::{DeadLetter, Message};
+    /// use resilience::retry::GiveUp;
     ///
     /// let letter = DeadLetter::new(Message::new(vec![]).with_id("m"), "bad", 1, GiveUp::Permanent);
     /// assert_eq!(letter.message.id(), Some("m"));
@@ -169,7 +169,7 @@ impl DeadLetter {
 /// An in-memory broker:
 ///
 /// ```
-/// use resilience_runtime::consumer::{Broker, DeadLetter, Message};
+/// use resilience::consumer::{Broker, DeadLetter, Message};
 /// use std::sync::Mutex;
 ///
 /// #[derive(Default)]

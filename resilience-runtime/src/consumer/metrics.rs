@@ -10,7 +10,7 @@ use crate::telemetry::Labels;
 /// `deadline`).
 ///
 /// ```
-/// assert_eq!(resilience_runtime::consumer::DEAD_LETTERS_TOTAL, "consumer_dead_letters_total");
+/// assert_eq!(resilience::consumer::DEAD_LETTERS_TOTAL, "consumer_dead_letters_total");
 /// ```
 pub const DEAD_LETTERS_TOTAL: &str = "consumer_dead_letters_total";
 
@@ -19,7 +19,7 @@ pub const DEAD_LETTERS_TOTAL: &str = "consumer_dead_letters_total";
 /// handler again.
 ///
 /// ```
-/// assert_eq!(resilience_runtime::consumer::DUPLICATES_TOTAL, "consumer_duplicates_total");
+/// assert_eq!(resilience::consumer::DUPLICATES_TOTAL, "consumer_duplicates_total");
 /// ```
 pub const DUPLICATES_TOTAL: &str = "consumer_duplicates_total";
 
@@ -28,8 +28,8 @@ pub const DUPLICATES_TOTAL: &str = "consumer_duplicates_total";
 /// for the others. A no-op without the `metrics` feature.
 ///
 /// ```
-/// resilience_runtime::telemetry::describe();
-/// resilience_runtime::consumer::describe();
+/// resilience::telemetry::describe();
+/// resilience::consumer::describe();
 /// ```
 pub fn describe() {
     #[cfg(feature = "metrics")]

@@ -52,11 +52,11 @@
 //! # Example
 //!
 //! ```
-//! use resilience_runtime::consumer::{Consumer, ConsumerConfig, Message, MemoryDedup};
-//! use resilience_runtime::telemetry::Labels;
+//! use resilience::consumer::{Consumer, ConsumerConfig, Message, MemoryDedup};
+//! use resilience::telemetry::Labels;
 //! use std::time::Duration;
 //!
-//! # #[tokio::main(flavor = "current_thread", start_paused = true)] async fn main() -> Result<(), resilience_runtime::ConfigError> {
+//! # #[tokio::main(flavor = "current_thread", start_paused = true)] async fn main() -> Result<(), resilience::ConfigError> {
 //! let config = ConsumerConfig::background(Labels::new("billing", "orders"), Duration::from_secs(300))?;
 //! let consumer = Consumer::new(config, |message: Message| async move {
 //!     match message.payload() {

@@ -25,9 +25,9 @@
 //! `x-consumer-timeout`.
 //!
 //! ```no_run
-//! use resilience_runtime::consumer::rabbitmq::{self, DeadLetterRoute, RabbitMq};
-//! use resilience_runtime::consumer::{Consumer, ConsumerConfig, Message};
-//! use resilience_runtime::telemetry::Labels;
+//! use resilience::consumer::rabbitmq::{self, DeadLetterRoute, RabbitMq};
+//! use resilience::consumer::{Consumer, ConsumerConfig, Message};
+//! use resilience::telemetry::Labels;
 //! use std::time::Duration;
 //!
 //! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
@@ -68,7 +68,7 @@ use super::message::{Broker, DeadLetter, Message};
 ///
 /// ```no_run
 /// # async fn run() -> Result<(), lapin::Error> {
-/// let connection = resilience_runtime::consumer::rabbitmq::connect("amqp://guest:guest@127.0.0.1:5672/%2f").await?;
+/// let connection = resilience::consumer::rabbitmq::connect("amqp://guest:guest@127.0.0.1:5672/%2f").await?;
 /// let channel = connection.create_channel().await?;
 /// # drop(channel); Ok(()) }
 /// ```
@@ -82,7 +82,7 @@ pub async fn connect(uri: &str) -> Result<Connection, lapin::Error> {
 /// Where dead letters are published: an exchange and a routing key.
 ///
 /// ```
-/// use resilience_runtime::consumer::rabbitmq::DeadLetterRoute;
+/// use resilience::consumer::rabbitmq::DeadLetterRoute;
 ///
 /// let direct = DeadLetterRoute::queue("orders.dlq");
 /// assert_eq!((direct.exchange(), direct.routing_key()), ("", "orders.dlq"));
@@ -124,7 +124,7 @@ impl DeadLetterRoute {
 /// the broker did not take.
 ///
 /// ```
-/// use resilience_runtime::consumer::rabbitmq::RabbitError;
+/// use resilience::consumer::rabbitmq::RabbitError;
 ///
 /// let err = RabbitError::Unroutable { exchange: String::new(), routing_key: "orders.dlq".into() };
 /// assert_eq!(err.to_string(), "the dead letter could not be routed: exchange `` routing key `orders.dlq` (is the dead-letter queue declared?)");
@@ -176,7 +176,7 @@ impl RabbitMq {
     /// adapter owns no topology).
     ///
     /// ```no_run
-    /// use resilience_runtime::consumer::rabbitmq::{self, DeadLetterRoute, RabbitMq};
+    /// use resilience::consumer::rabbitmq::{self, DeadLetterRoute, RabbitMq};
     ///
     /// # async fn run() -> Result<(), lapin::Error> {
     /// let connection = rabbitmq::connect("amqp://guest:guest@127.0.0.1:5672/%2f").await?;
@@ -213,7 +213,7 @@ impl RabbitMq {
     /// back to the broker).
     ///
     /// ```no_run
-    /// # async fn run(broker: resilience_runtime::consumer::rabbitmq::RabbitMq) -> Result<(), lapin::Error> {
+    /// # async fn run(broker: resilience::consumer::rabbitmq::RabbitMq) -> Result<(), lapin::Error> {
     /// broker.channel().close(200, "bye").await?;
     /// # Ok(()) }
     /// ```
@@ -224,7 +224,7 @@ impl RabbitMq {
     /// The queue consumed.
     ///
     /// ```no_run
-    /// # fn run(broker: resilience_runtime::consumer::rabbitmq::RabbitMq) {
+    /// # fn run(broker: resilience::consumer::rabbitmq::RabbitMq) {
     /// println!("consuming {}", broker.queue());
     /// # }
     /// ```
@@ -235,7 +235,7 @@ impl RabbitMq {
     /// Where dead letters go.
     ///
     /// ```no_run
-    /// # fn run(broker: resilience_runtime::consumer::rabbitmq::RabbitMq) {
+    /// # fn run(broker: resilience::consumer::rabbitmq::RabbitMq) {
     /// println!("dead letters to {:?}", broker.dead_letter_route());
     /// # }
     /// ```
@@ -332,7 +332,7 @@ impl Broker for RabbitMq {
 ///
 /// ```
 /// use lapin::types::{AMQPValue, FieldTable};
-/// use resilience_runtime::consumer::rabbitmq::header_text;
+/// use resilience::consumer::rabbitmq::header_text;
 ///
 /// let mut headers = FieldTable::default();
 /// headers.insert("x-resilience-give-up".into(), AMQPValue::LongString("exhausted".to_owned().into()));

@@ -31,9 +31,9 @@ use super::dedup::{Begin, Dedup, DedupError, Lease, Settled};
 /// share a record.
 ///
 /// ```no_run
-/// use resilience_runtime::consumer::RedisDedup;
+/// use resilience::consumer::RedisDedup;
 ///
-/// # async fn run() -> Result<(), resilience_runtime::consumer::DedupError> {
+/// # async fn run() -> Result<(), resilience::consumer::DedupError> {
 /// let dedup = RedisDedup::connect("redis://127.0.0.1:6379/").await?.with_prefix("dedup:orders:");
 /// assert_eq!(dedup.redis_key("order-1"), "dedup:orders:order-1");
 /// # Ok(()) }
@@ -53,8 +53,8 @@ impl RedisDedup {
     /// timeout).
     ///
     /// ```no_run
-    /// # async fn run() -> Result<(), resilience_runtime::consumer::DedupError> {
-    /// let dedup = resilience_runtime::consumer::RedisDedup::connect("redis://127.0.0.1:6379/").await?;
+    /// # async fn run() -> Result<(), resilience::consumer::DedupError> {
+    /// let dedup = resilience::consumer::RedisDedup::connect("redis://127.0.0.1:6379/").await?;
     /// # drop(dedup); Ok(()) }
     /// ```
     pub async fn connect(url: &str) -> Result<Self, DedupError> {
@@ -72,7 +72,7 @@ impl RedisDedup {
     /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
     /// let client = redis::Client::open("redis://127.0.0.1:6379/")?;
     /// let manager = redis::aio::ConnectionManager::new(client).await?;
-    /// let dedup = resilience_runtime::consumer::RedisDedup::new(manager);
+    /// let dedup = resilience::consumer::RedisDedup::new(manager);
     /// # drop(dedup); Ok(()) }
     /// ```
     pub fn new(connection: ConnectionManager) -> Self {
@@ -86,7 +86,7 @@ impl RedisDedup {
     /// group.
     ///
     /// ```no_run
-    /// # async fn run(dedup: resilience_runtime::consumer::RedisDedup) {
+    /// # async fn run(dedup: resilience::consumer::RedisDedup) {
     /// let dedup = dedup.with_prefix("dedup:orders:");
     /// assert_eq!(dedup.prefix(), "dedup:orders:");
     /// # }
@@ -100,7 +100,7 @@ impl RedisDedup {
     /// The prefix in front of every key.
     ///
     /// ```no_run
-    /// # async fn run(dedup: resilience_runtime::consumer::RedisDedup) {
+    /// # async fn run(dedup: resilience::consumer::RedisDedup) {
     /// assert_eq!(dedup.prefix(), "dedup:");
     /// # }
     /// ```
@@ -111,7 +111,7 @@ impl RedisDedup {
     /// The Redis key of a message id: the prefix, then the id.
     ///
     /// ```no_run
-    /// # async fn run(dedup: resilience_runtime::consumer::RedisDedup) {
+    /// # async fn run(dedup: resilience::consumer::RedisDedup) {
     /// assert_eq!(dedup.redis_key("m-1"), "dedup:m-1");
     /// # }
     /// ```

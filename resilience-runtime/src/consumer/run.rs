@@ -40,7 +40,7 @@ impl Requeue {
     /// `in_flight`, `dedup_unavailable` or `dead_letter_failed`.
     ///
     /// ```
-    /// use resilience_runtime::consumer::Requeue;
+    /// use resilience::consumer::Requeue;
     ///
     /// assert_eq!(Requeue::InFlight.as_str(), "in_flight");
     /// ```
@@ -76,7 +76,7 @@ impl Disposition {
     /// `true` for [`Disposition::DeadLetter`].
     ///
     /// ```
-    /// use resilience_runtime::consumer::Disposition;
+    /// use resilience::consumer::Disposition;
     ///
     /// assert!(!Disposition::Processed { attempts: 1 }.is_dead_letter());
     /// ```
@@ -94,11 +94,11 @@ impl Disposition {
 /// redelivery from being applied again.
 ///
 /// ```
-/// use resilience_runtime::consumer::{Consumer, ConsumerConfig, Disposition, Message};
-/// use resilience_runtime::telemetry::Labels;
+/// use resilience::consumer::{Consumer, ConsumerConfig, Disposition, Message};
+/// use resilience::telemetry::Labels;
 /// use std::time::Duration;
 ///
-/// # #[tokio::main(flavor = "current_thread", start_paused = true)] async fn main() -> Result<(), resilience_runtime::ConfigError> {
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)] async fn main() -> Result<(), resilience::ConfigError> {
 /// let config = ConsumerConfig::background(Labels::new("billing", "orders"), Duration::from_secs(300))?;
 /// let consumer = Consumer::new(config, |_: Message| async { Ok::<_, std::io::Error>(()) });
 /// let handled = consumer.handle(Message::new(vec![])).await;
@@ -121,10 +121,10 @@ impl Handled {
     /// The disposition, dropping the rest.
     ///
     /// ```
-    /// # use resilience_runtime::consumer::{Consumer, ConsumerConfig, Disposition, Message};
-    /// # use resilience_runtime::telemetry::Labels;
+    /// # use resilience::consumer::{Consumer, ConsumerConfig, Disposition, Message};
+    /// # use resilience::telemetry::Labels;
     /// # use std::time::Duration;
-    /// # #[tokio::main(flavor = "current_thread", start_paused = true)] async fn main() -> Result<(), resilience_runtime::ConfigError> {
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)] async fn main() -> Result<(), resilience::ConfigError> {
     /// # let config = ConsumerConfig::background(Labels::new("billing", "orders"), Duration::from_secs(300))?;
     /// # let consumer = Consumer::new(config, |_: Message| async { Ok::<_, std::io::Error>(()) });
     /// let disposition = consumer.handle(Message::new(vec![])).await.into_disposition();
@@ -140,7 +140,7 @@ impl Handled {
 /// ended.
 ///
 /// ```
-/// use resilience_runtime::consumer::Summary;
+/// use resilience::consumer::Summary;
 ///
 /// assert_eq!(Summary::default().processed, 0);
 /// ```
@@ -191,8 +191,8 @@ impl<H> Consumer<H> {
     /// A consumer running `handler` under `config`, without deduplication.
     ///
     /// ```
-    /// use resilience_runtime::consumer::{Consumer, ConsumerConfig, Message};
-    /// use resilience_runtime::telemetry::Labels;
+    /// use resilience::consumer::{Consumer, ConsumerConfig, Message};
+    /// use resilience::telemetry::Labels;
     /// use std::time::Duration;
     ///
     /// let config = ConsumerConfig::background(Labels::new("billing", "orders"), Duration::from_secs(300))?;
@@ -201,7 +201,7 @@ impl<H> Consumer<H> {
     ///     Ok::<_, std::io::Error>(())
     /// });
     /// # let _ = consumer;
-    /// # Ok::<(), resilience_runtime::ConfigError>(())
+    /// # Ok::<(), resilience::ConfigError>(())
     /// ```
     pub fn new(config: ConsumerConfig, handler: H) -> Self {
         Self {
@@ -216,15 +216,15 @@ impl<H, D> Consumer<H, D> {
     /// The same consumer, deduplicating messages by id in `dedup`.
     ///
     /// ```
-    /// use resilience_runtime::consumer::{Consumer, ConsumerConfig, Message, MemoryDedup};
-    /// use resilience_runtime::telemetry::Labels;
+    /// use resilience::consumer::{Consumer, ConsumerConfig, Message, MemoryDedup};
+    /// use resilience::telemetry::Labels;
     /// use std::time::Duration;
     ///
     /// let config = ConsumerConfig::background(Labels::new("billing", "orders"), Duration::from_secs(300))?;
     /// let consumer = Consumer::new(config, |_: Message| async { Ok::<_, std::io::Error>(()) })
     ///     .with_dedup(MemoryDedup::new());
     /// # let _ = consumer;
-    /// # Ok::<(), resilience_runtime::ConfigError>(())
+    /// # Ok::<(), resilience::ConfigError>(())
     /// ```
     pub fn with_dedup<D2: Dedup>(self, dedup: D2) -> Consumer<H, D2> {
         Consumer {
@@ -237,13 +237,13 @@ impl<H, D> Consumer<H, D> {
     /// The configuration.
     ///
     /// ```
-    /// # use resilience_runtime::consumer::{Consumer, ConsumerConfig, Message};
-    /// # use resilience_runtime::telemetry::Labels;
+    /// # use resilience::consumer::{Consumer, ConsumerConfig, Message};
+    /// # use resilience::telemetry::Labels;
     /// # use std::time::Duration;
     /// # let config = ConsumerConfig::background(Labels::new("billing", "orders"), Duration::from_secs(300))?;
     /// let consumer = Consumer::new(config, |_: Message| async { Ok::<_, std::io::Error>(()) });
     /// assert_eq!(consumer.config().labels().target(), "orders");
-    /// # Ok::<(), resilience_runtime::ConfigError>(())
+    /// # Ok::<(), resilience::ConfigError>(())
     /// ```
     pub fn config(&self) -> &ConsumerConfig {
         &self.config
@@ -261,11 +261,11 @@ where
     /// settling it with the broker: see [`Handled`].
     ///
     /// ```
-    /// use resilience_runtime::consumer::{Consumer, ConsumerConfig, Disposition, Message, MemoryDedup, Settled};
-    /// use resilience_runtime::telemetry::Labels;
+    /// use resilience::consumer::{Consumer, ConsumerConfig, Disposition, Message, MemoryDedup, Settled};
+    /// use resilience::telemetry::Labels;
     /// use std::time::Duration;
     ///
-    /// # #[tokio::main(flavor = "current_thread", start_paused = true)] async fn main() -> Result<(), resilience_runtime::ConfigError> {
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)] async fn main() -> Result<(), resilience::ConfigError> {
     /// let config = ConsumerConfig::background(Labels::new("billing", "orders"), Duration::from_secs(300))?;
     /// let consumer = Consumer::new(config, |_: Message| async { Ok::<_, std::io::Error>(()) })
     ///     .with_dedup(MemoryDedup::new());

@@ -28,7 +28,7 @@ use crate::retry::{Classify, Outcome, Reason, SqlState, Verdict};
 /// error type of a transaction or of a `#[retry]` fn as it is.
 ///
 /// ```
-/// use resilience_runtime::{Classify, Verdict};
+/// use resilience::{Classify, Verdict};
 ///
 /// assert_eq!(sqlx::Error::PoolTimedOut.classify(), Verdict::Fatal);
 /// assert_eq!(sqlx::Error::RowNotFound.classify(), Verdict::Permanent);
@@ -69,7 +69,7 @@ impl Classify for sqlx::Error {
 /// [classifies](Classify) as itself.
 ///
 /// ```
-/// use resilience_runtime::{Classify, Error, Verdict};
+/// use resilience::{Classify, Error, Verdict};
 ///
 /// let err = sqlx::Error::from(Error::deadline_exceeded(0));
 /// assert_eq!(err.classify(), Verdict::Ignored);

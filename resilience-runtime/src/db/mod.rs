@@ -39,7 +39,7 @@
 //! the same transaction, and send it afterwards).
 //!
 //! ```no_run
-//! use resilience_runtime::{db, deadline};
+//! use resilience::{db, deadline};
 //! use std::time::Duration;
 //!
 //! # async fn demo(pool: sqlx::PgPool) -> Result<(), sqlx::Error> {

@@ -36,7 +36,7 @@ impl Isolation {
     /// The statement that begins a transaction at this level.
     ///
     /// ```
-    /// use resilience_runtime::db::Isolation;
+    /// use resilience::db::Isolation;
     ///
     /// assert_eq!(Isolation::Serializable.begin(), "BEGIN ISOLATION LEVEL SERIALIZABLE");
     /// assert_eq!(Isolation::Default.begin(), "BEGIN");
@@ -63,7 +63,7 @@ impl Isolation {
 /// it.
 ///
 /// ```no_run
-/// use resilience_runtime::db;
+/// use resilience::db;
 ///
 /// # async fn demo(pool: sqlx::PgPool) -> Result<(), sqlx::Error> {
 /// db::transaction(&pool)
@@ -104,8 +104,8 @@ pub struct Transaction<'p> {
 /// under [`Policy::db_tx`].
 ///
 /// ```no_run
-/// use resilience_runtime::db::{self, Isolation};
-/// use resilience_runtime::retry::Policy;
+/// use resilience::db::{self, Isolation};
+/// use resilience::retry::Policy;
 ///
 /// # async fn demo(pool: sqlx::PgPool) -> Result<(), sqlx::Error> {
 /// let count: i64 = db::transaction(&pool)
@@ -189,7 +189,7 @@ impl<'p> Transaction<'p> {
     /// whole transaction on each attempt:
     ///
     /// ```no_run
-    /// use resilience_runtime::db;
+    /// use resilience::db;
     ///
     /// // With the `resilience` facade:
     /// // #[resilience::retry(preset = "db_tx", idempotent)]: a transaction that

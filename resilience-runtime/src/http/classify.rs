@@ -9,8 +9,8 @@ use crate::retry::{Classify, HttpStatus, Reason, Verdict, parse_retry_after_byte
 /// `503` (the guide's rules on [what may be retried](crate::guide#what-may-be-retried)). A `2xx` is [`Verdict::Permanent`]: nothing to retry.
 ///
 /// ```
-/// use resilience_runtime::http::classify_response;
-/// use resilience_runtime::Verdict;
+/// use resilience::http::classify_response;
+/// use resilience::Verdict;
 /// use std::time::Duration;
 ///
 /// let response = |status: u16, retry_after: Option<&str>| {

@@ -39,8 +39,8 @@ use crate::retry::{Classify, Event, Policy, PolicyBuilder, Reason, Verdict};
 /// streaming body, and a `POST` or `PATCH` without `Idempotency-Key`.
 ///
 /// ```no_run
-/// use resilience_runtime::{BreakerConfig, CircuitBreaker, Policy};
-/// use resilience_runtime::http::ResilienceMiddleware;
+/// use resilience::{BreakerConfig, CircuitBreaker, Policy};
+/// use resilience::http::ResilienceMiddleware;
 ///
 /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
 /// let breaker = CircuitBreaker::new("user-service", BreakerConfig::new())?;

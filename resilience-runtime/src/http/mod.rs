@@ -16,8 +16,8 @@
 //!   fn can return as is.
 //!
 //! ```no_run
-//! use resilience_runtime::http::{HttpError, RequestBuilderExt};
-//! use resilience_runtime::{IdempotencyKey, Policy};
+//! use resilience::http::{HttpError, RequestBuilderExt};
+//! use resilience::{IdempotencyKey, Policy};
 //!
 //! # async fn demo(client: reqwest::Client) -> Result<(), HttpError> {
 //! // GET: retried on 5xx, 429 (after its Retry-After), resets and timeouts.

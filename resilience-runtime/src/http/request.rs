@@ -30,8 +30,8 @@ pub trait RequestBuilderExt: sealed::Sealed + Sized {
     /// that every attempt carries the same value (the guide's rules on [idempotency](crate::guide#idempotency-first-retry-second)).
     ///
     /// ```
-    /// use resilience_runtime::IdempotencyKey;
-    /// use resilience_runtime::http::RequestBuilderExt;
+    /// use resilience::IdempotencyKey;
+    /// use resilience::http::RequestBuilderExt;
     ///
     /// let key = IdempotencyKey::from_string("order-42")?;
     /// let request = reqwest::Client::new()
@@ -40,7 +40,7 @@ pub trait RequestBuilderExt: sealed::Sealed + Sized {
     ///     .build()
     ///     .unwrap();
     /// assert_eq!(request.headers()["idempotency-key"], "order-42");
-    /// # Ok::<(), resilience_runtime::ConfigError>(())
+    /// # Ok::<(), resilience::ConfigError>(())
     /// ```
     fn idempotency_key(self, key: &IdempotencyKey) -> RequestBuilder;
 
@@ -132,8 +132,8 @@ async fn drain(mut response: Response) -> String {
 /// every attempt sends the same bytes.
 ///
 /// ```no_run
-/// use resilience_runtime::http::{HttpError, RequestBuilderExt};
-/// use resilience_runtime::{IdempotencyKey, Policy};
+/// use resilience::http::{HttpError, RequestBuilderExt};
+/// use resilience::{IdempotencyKey, Policy};
 ///
 /// # async fn demo(client: reqwest::Client) -> Result<(), HttpError> {
 /// let request = client

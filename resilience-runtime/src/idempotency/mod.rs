@@ -35,7 +35,7 @@ pub const MAX_KEY_LEN: usize = 255;
 /// value: every attempt sees the same key.
 ///
 /// ```
-/// use resilience_runtime::IdempotencyKey;
+/// use resilience::IdempotencyKey;
 ///
 /// let key = IdempotencyKey::new();
 /// assert_eq!(key.as_str().len(), 36);          // 128 random bits, UUID v4 text
@@ -44,7 +44,7 @@ pub const MAX_KEY_LEN: usize = 255;
 /// let order = IdempotencyKey::from_string("order-42-payment")?;
 /// assert_eq!(order.as_str(), "order-42-payment");
 /// assert!(IdempotencyKey::from_string("two words").is_err());
-/// # Ok::<(), resilience_runtime::ConfigError>(())
+/// # Ok::<(), resilience::ConfigError>(())
 /// ```
 #[derive(Clone, PartialEq, Eq, Hash)]
 pub struct IdempotencyKey(Arc<str>);

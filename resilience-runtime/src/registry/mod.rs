@@ -63,8 +63,8 @@
 //! # Example
 //!
 //! ```
-//! use resilience_runtime::breaker::BreakerConfig;
-//! use resilience_runtime::registry::Registry;
+//! use resilience::breaker::BreakerConfig;
+//! use resilience::registry::Registry;
 //!
 //! let registry = Registry::builder()
 //!     .service("checkout")
@@ -74,7 +74,7 @@
 //! assert_eq!(user.config().failure_ratio(), 0.3); // the file wins
 //! assert_eq!(user.config().min_requests(), 10);
 //! assert!(std::ptr::eq(user, registry.breaker("user", BreakerConfig::new())));
-//! # Ok::<(), resilience_runtime::ConfigError>(())
+//! # Ok::<(), resilience::ConfigError>(())
 //! ```
 
 mod file;

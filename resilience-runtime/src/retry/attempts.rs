@@ -60,7 +60,7 @@ pub enum Next {
 /// read, no timer and no random number.
 ///
 /// ```
-/// use resilience_runtime::retry::{Attempts, Next, Policy, Verdict};
+/// use resilience::retry::{Attempts, Next, Policy, Verdict};
 ///
 /// # #[tokio::main(flavor = "current_thread", start_paused = true)] async fn main() {
 /// let mut attempts = Attempts::new(Policy::http());
@@ -266,7 +266,7 @@ impl<R, P: Borrow<Policy>, S: Slot> Attempts<R, P, S> {
     /// [`begin`](Self::begin) starts the attempt.
     ///
     /// ```
-    /// use resilience_runtime::retry::{Attempts, Policy};
+    /// use resilience::retry::{Attempts, Policy};
     ///
     /// let mut attempts = Attempts::new(Policy::http());
     /// assert!(attempts.begin_untimed());

@@ -48,7 +48,7 @@ pub enum Growth {
 /// # Example
 ///
 /// ```
-/// use resilience_runtime::retry::{Backoff, Jitter};
+/// use resilience::retry::{Backoff, Jitter};
 /// use rand::{SeedableRng, rngs::SmallRng};
 /// use std::time::Duration;
 ///
@@ -60,7 +60,7 @@ pub enum Growth {
 ///
 /// let pauses: Vec<Duration> = backoff.delays(SmallRng::seed_from_u64(7)).take(6).collect();
 /// assert!(pauses.iter().all(|p| *p <= Duration::from_secs(1)));
-/// # Ok::<(), resilience_runtime::ConfigError>(())
+/// # Ok::<(), resilience::ConfigError>(())
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Backoff {

@@ -69,7 +69,7 @@ impl Verdict {
     /// the circuit breaker, the fallback and the metrics read.
     ///
     /// ```
-    /// use resilience_runtime::{Outcome, Verdict};
+    /// use resilience::{Outcome, Verdict};
     ///
     /// assert_eq!(Verdict::Transient.outcome(), Outcome::Failure);
     /// assert_eq!(Verdict::Fatal.outcome(), Outcome::Failure);
@@ -96,7 +96,7 @@ impl Verdict {
 /// ([`CircuitBreaker::call_with`](crate::breaker::CircuitBreaker::call_with)).
 ///
 /// ```
-/// use resilience_runtime::{Classify, Error, Outcome};
+/// use resilience::{Classify, Error, Outcome};
 /// use std::time::Duration;
 ///
 /// // A hung dependency that spent the chain's budget is a failure, though
@@ -186,13 +186,13 @@ impl fmt::Display for Reason {
 /// # Example
 ///
 /// ```
-/// use resilience_runtime::retry::{Classify, HttpStatus, Verdict};
+/// use resilience::retry::{Classify, HttpStatus, Verdict};
 ///
 /// #[derive(Debug)]
 /// enum ClientError {
 ///     Status(u16),
 ///     Decode(String),
-///     Resilience(resilience_runtime::Error),
+///     Resilience(resilience::Error),
 /// }
 ///
 /// impl Classify for ClientError {
@@ -380,7 +380,7 @@ impl Classify for Error {
 /// An HTTP status code, classified by the guide's rules on [what may be retried](crate::guide#what-may-be-retried).
 ///
 /// ```
-/// use resilience_runtime::retry::{Classify, HttpStatus, Verdict};
+/// use resilience::retry::{Classify, HttpStatus, Verdict};
 /// use std::time::Duration;
 ///
 /// assert_eq!(HttpStatus(503).classify(), Verdict::Transient);
@@ -496,12 +496,12 @@ impl<T: AsHttpStatus + ?Sized> AsHttpStatus for &T {
 /// business error.
 ///
 /// ```
-/// use resilience_runtime::retry::{Classify, SqlState, Verdict};
+/// use resilience::retry::{Classify, SqlState, Verdict};
 ///
 /// assert_eq!(SqlState::new("40P01")?.classify(), Verdict::Transient);
 /// assert_eq!(SqlState::new("23505")?.classify(), Verdict::Permanent);
 /// assert!(SqlState::new("4000").is_err());
-/// # Ok::<(), resilience_runtime::ConfigError>(())
+/// # Ok::<(), resilience::ConfigError>(())
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct SqlState([u8; 5]);

@@ -341,7 +341,7 @@ where
     /// is a `std::error::Error + Send + Sync + 'static`.
     ///
     /// ```
-    /// use resilience_runtime::{Error, Policy};
+    /// use resilience::{Error, Policy};
     /// use std::error::Error as _;
     /// use std::time::Duration;
     ///

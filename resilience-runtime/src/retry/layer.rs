@@ -39,7 +39,7 @@ pub struct Polling {
 /// [`Retry`](super::Retry) and the attributes do.
 ///
 /// ```
-/// use resilience_runtime::retry::layer;
+/// use resilience::retry::layer;
 ///
 /// static NAME: &str = "users";
 /// assert_eq!(layer::outer(), None);

@@ -12,7 +12,7 @@
 //! - [`Attempts`]: the same rules for code that drives its own loop.
 //!
 //! ```
-//! use resilience_runtime::retry::{HttpStatus, Policy};
+//! use resilience::retry::{HttpStatus, Policy};
 //!
 //! # #[tokio::main(flavor = "current_thread", start_paused = true)] async fn main() {
 //! let mut responses = [502, 502, 200].into_iter();
@@ -30,11 +30,11 @@
 //! assert_eq!(status.unwrap(), 200);
 //! # }
 //! # #[derive(Debug)] struct Failed(HttpStatus);
-//! # impl resilience_runtime::retry::Classify for Failed {
-//! #     fn classify(&self) -> resilience_runtime::retry::Verdict { self.0.classify() }
+//! # impl resilience::retry::Classify for Failed {
+//! #     fn classify(&self) -> resilience::retry::Verdict { self.0.classify() }
 //! # }
-//! # impl From<resilience_runtime::Error> for Failed {
-//! #     fn from(_: resilience_runtime::Error) -> Self { Failed(HttpStatus(504)) }
+//! # impl From<resilience::Error> for Failed {
+//! #     fn from(_: resilience::Error) -> Self { Failed(HttpStatus(504)) }
 //! # }
 //! ```
 

@@ -22,7 +22,7 @@ use crate::error::ConfigError;
 /// # Example
 ///
 /// ```
-/// use resilience_runtime::retry::Policy;
+/// use resilience::retry::Policy;
 /// use std::time::Duration;
 ///
 /// let policy = Policy::builder()
@@ -31,7 +31,7 @@ use crate::error::ConfigError;
 ///     .build()?;
 /// assert_eq!(policy.max_attempts(), 4);
 /// assert_eq!(policy.max_elapsed(), Duration::from_secs(5));
-/// # Ok::<(), resilience_runtime::ConfigError>(())
+/// # Ok::<(), resilience::ConfigError>(())
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Policy {

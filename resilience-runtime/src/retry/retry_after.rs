@@ -11,7 +11,7 @@ use std::time::{Duration, SystemTime};
 /// `Some(Duration::ZERO)`.
 ///
 /// ```
-/// use resilience_runtime::retry::parse_retry_after;
+/// use resilience::retry::parse_retry_after;
 /// use std::time::{Duration, SystemTime, UNIX_EPOCH};
 ///
 /// let now = UNIX_EPOCH + Duration::from_secs(1_445_412_470);

@@ -27,8 +27,8 @@ use crate::retry::{Classify, Event, Reason};
 /// breaker is timed (as `circuit_open`) and traced like any other.
 ///
 /// ```
-/// use resilience_runtime::retry::Policy;
-/// use resilience_runtime::telemetry::{self, Labels, RetryMetrics};
+/// use resilience::retry::Policy;
+/// use resilience::telemetry::{self, Labels, RetryMetrics};
 ///
 /// const USER: Labels = Labels::new("checkout", "user");
 ///
@@ -98,7 +98,7 @@ std::thread_local! {
 /// lets a driver skip entering altogether.
 ///
 /// ```
-/// use resilience_runtime::telemetry::{CallScope, Labels, Status};
+/// use resilience::telemetry::{CallScope, Labels, Status};
 ///
 /// let scope = CallScope::new(Labels::new("checkout", "user"));
 /// {
@@ -186,7 +186,7 @@ impl CallScope {
     /// call starts.
     ///
     /// ```
-    /// use resilience_runtime::telemetry::{CallScope, Labels};
+    /// use resilience::telemetry::{CallScope, Labels};
     ///
     /// // No subscriber, no recorder.
     /// let scope = CallScope::new(Labels::new("checkout", "user"));

@@ -13,7 +13,7 @@ use super::{FALLBACKS_TOTAL, emit};
 /// request would make the number of series unbounded.
 ///
 /// ```
-/// use resilience_runtime::telemetry::Labels;
+/// use resilience::telemetry::Labels;
 ///
 /// let labels = Labels::new("checkout", "user");
 /// assert_eq!((labels.service(), labels.target()), ("checkout", "user"));
@@ -35,12 +35,12 @@ impl Labels {
     /// configuration (`"unknown_service"` when none is configured).
     ///
     /// ```
-    /// use resilience_runtime::registry::Registry;
-    /// use resilience_runtime::telemetry::Labels;
+    /// use resilience::registry::Registry;
+    /// use resilience::telemetry::Labels;
     ///
     /// Registry::builder().service("checkout").install()?;
     /// assert_eq!(Labels::of("user"), Labels::new("checkout", "user"));
-    /// # Ok::<(), resilience_runtime::ConfigError>(())
+    /// # Ok::<(), resilience::ConfigError>(())
     /// ```
     pub fn of(target: &'static str) -> Self {
         Self::new(crate::registry::global().service(), target)
@@ -90,7 +90,7 @@ const ATTEMPTS: [&str; 10] = ["1", "2", "3", "4", "5", "6", "7", "8", "9", "10+"
 /// that could not start.
 ///
 /// ```
-/// use resilience_runtime::telemetry::attempt_label;
+/// use resilience::telemetry::attempt_label;
 ///
 /// assert_eq!(attempt_label(3), "3");
 /// assert_eq!(attempt_label(10), "10+");
@@ -135,8 +135,8 @@ impl Status {
     /// The status of a finished call.
     ///
     /// ```
-    /// use resilience_runtime::retry::HttpStatus;
-    /// use resilience_runtime::telemetry::Status;
+    /// use resilience::retry::HttpStatus;
+    /// use resilience::telemetry::Status;
     ///
     /// assert_eq!(Status::of(&Ok::<_, HttpStatus>(())), Status::Ok);
     /// assert_eq!(Status::of(&Err::<(), _>(HttpStatus(503))), Status::ServerError);
@@ -213,7 +213,7 @@ impl Fallback {
 /// (the guide's rules on [fallbacks](crate::guide#fallbacks): a stale answer is always logged).
 ///
 /// ```
-/// use resilience_runtime::telemetry::{self, Fallback, Labels};
+/// use resilience::telemetry::{self, Fallback, Labels};
 ///
 /// const USER: Labels = Labels::new("checkout", "user");
 /// # let cache: Option<&str> = Some("cached user");

@@ -42,7 +42,7 @@
 //!
 //! ```
 //! use metrics_exporter_prometheus::{Matcher, PrometheusBuilder};
-//! use resilience_runtime::telemetry;
+//! use resilience::telemetry;
 //!
 //! let recorder = PrometheusBuilder::new()
 //!     .set_buckets_for_metric(

@@ -24,17 +24,17 @@ use super::{AttemptResult, DEPENDENCY_ERRORS_TOTAL, Labels, RETRIES_TOTAL, attem
 /// One value serves one logical call: build a fresh one per call.
 ///
 /// ```
-/// use resilience_runtime::retry::{HttpStatus, Policy};
-/// use resilience_runtime::telemetry::{self, Labels, RetryMetrics};
+/// use resilience::retry::{HttpStatus, Policy};
+/// use resilience::telemetry::{self, Labels, RetryMetrics};
 ///
 /// const USER: Labels = Labels::new("checkout", "user");
 /// # #[derive(Debug)] struct Failed(HttpStatus);
-/// # impl resilience_runtime::Classify for Failed {
-/// #     fn classify(&self) -> resilience_runtime::Verdict { self.0.classify() }
-/// #     fn reason(&self) -> Option<resilience_runtime::retry::Reason> { self.0.reason() }
+/// # impl resilience::Classify for Failed {
+/// #     fn classify(&self) -> resilience::Verdict { self.0.classify() }
+/// #     fn reason(&self) -> Option<resilience::retry::Reason> { self.0.reason() }
 /// # }
-/// # impl From<resilience_runtime::Error> for Failed {
-/// #     fn from(_: resilience_runtime::Error) -> Self { Failed(HttpStatus(504)) }
+/// # impl From<resilience::Error> for Failed {
+/// #     fn from(_: resilience::Error) -> Self { Failed(HttpStatus(504)) }
 /// # }
 ///
 /// # #[tokio::main(flavor = "current_thread", start_paused = true)] async fn main() {

@@ -25,7 +25,7 @@ use crate::error::ConfigError;
 /// ```
 /// use std::time::Duration;
 /// use http::Method;
-/// use resilience_runtime::idempotency::server::IdempotencyConfig;
+/// use resilience::idempotency::server::IdempotencyConfig;
 ///
 /// let config = IdempotencyConfig::builder()
 ///     .with_methods([Method::POST])
@@ -38,7 +38,7 @@ use crate::error::ConfigError;
 ///     .build()
 ///     .unwrap_err();
 /// assert_eq!(err.field(), "lock_ttl");
-/// # Ok::<(), resilience_runtime::ConfigError>(())
+/// # Ok::<(), resilience::ConfigError>(())
 /// ```
 #[derive(Debug, Clone)]
 pub struct IdempotencyConfig {

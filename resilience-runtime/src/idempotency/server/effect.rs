@@ -17,7 +17,7 @@
 ///
 /// ```
 /// use axum::{Extension, http::StatusCode, response::IntoResponse};
-/// use resilience_runtime::idempotency::server::EffectNotApplied;
+/// use resilience::idempotency::server::EffectNotApplied;
 ///
 /// async fn create_payment() -> impl IntoResponse {
 ///     // The bank refused the connection: no charge was sent.
@@ -31,7 +31,7 @@
 ///
 /// ```
 /// use http::{Response, StatusCode};
-/// use resilience_runtime::idempotency::server::EffectNotApplied;
+/// use resilience::idempotency::server::EffectNotApplied;
 ///
 /// let mut response = Response::new("database unreachable; nothing was written");
 /// *response.status_mut() = StatusCode::SERVICE_UNAVAILABLE;

@@ -22,12 +22,12 @@ use crate::idempotency::IdempotencyKey;
 /// needs a shared store such as Redis.
 ///
 /// ```
-/// use resilience_runtime::idempotency::server::MemoryStore;
+/// use resilience::idempotency::server::MemoryStore;
 ///
 /// let store = MemoryStore::new(50_000)?;
 /// assert_eq!(store.capacity(), 50_000);
 /// assert!(MemoryStore::new(0).is_err());
-/// # Ok::<(), resilience_runtime::ConfigError>(())
+/// # Ok::<(), resilience::ConfigError>(())
 /// ```
 #[derive(Debug)]
 pub struct MemoryStore {

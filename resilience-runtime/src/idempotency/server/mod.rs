@@ -90,7 +90,7 @@
 //!
 //! ```
 //! use axum::{Router, routing::post};
-//! use resilience_runtime::idempotency::server::{IdempotencyLayer, MemoryStore};
+//! use resilience::idempotency::server::{IdempotencyLayer, MemoryStore};
 //!
 //! async fn create_payment() -> (axum::http::StatusCode, &'static str) {
 //!     (axum::http::StatusCode::CREATED, r#"{"id":"pay_1"}"#)

@@ -43,9 +43,9 @@ use crate::idempotency::IdempotencyKey;
 /// response timeout (500 ms), within the layer's `store_timeout`.
 ///
 /// ```no_run
-/// use resilience_runtime::idempotency::server::{IdempotencyLayer, RedisStore};
+/// use resilience::idempotency::server::{IdempotencyLayer, RedisStore};
 ///
-/// # async fn run() -> Result<(), resilience_runtime::idempotency::server::StoreError> {
+/// # async fn run() -> Result<(), resilience::idempotency::server::StoreError> {
 /// let store = RedisStore::connect("redis://127.0.0.1:6379/").await?;
 /// let layer = IdempotencyLayer::new(store);
 /// # drop(layer); Ok(()) }
@@ -93,9 +93,9 @@ impl RedisStore {
     ///
     /// ```no_run
     /// use std::time::Duration;
-    /// use resilience_runtime::idempotency::server::RedisStore;
+    /// use resilience::idempotency::server::RedisStore;
     ///
-    /// # async fn run() -> Result<(), resilience_runtime::idempotency::server::StoreError> {
+    /// # async fn run() -> Result<(), resilience::idempotency::server::StoreError> {
     /// let config = RedisStore::manager_config().set_connection_timeout(Some(Duration::from_millis(500)));
     /// let store = RedisStore::connect_with_config("redis://redis.internal:6379/", config).await?;
     /// # drop(store); Ok(()) }

@@ -26,7 +26,7 @@ impl Fingerprint {
     ///
     /// ```
     /// use http::{Method, Uri};
-    /// use resilience_runtime::idempotency::server::Fingerprint;
+    /// use resilience::idempotency::server::Fingerprint;
     ///
     /// let uri = Uri::from_static("/payments?dry_run=0");
     /// let a = Fingerprint::of(&Method::POST, &uri, b"{\"amount\":100}");
@@ -43,7 +43,7 @@ impl Fingerprint {
     ///
     /// ```
     /// use http::{HeaderMap, Method, Uri, header::AUTHORIZATION};
-    /// use resilience_runtime::idempotency::server::Fingerprint;
+    /// use resilience::idempotency::server::Fingerprint;
     ///
     /// let (post, uri) = (Method::POST, Uri::from_static("/payments"));
     /// let mut alice = HeaderMap::new();
@@ -315,7 +315,7 @@ pub trait IdempotencyStore: Send + Sync + 'static {
     /// The default is the type's name without its module path.
     ///
     /// ```
-    /// use resilience_runtime::idempotency::server::{IdempotencyStore, MemoryStore};
+    /// use resilience::idempotency::server::{IdempotencyStore, MemoryStore};
     ///
     /// assert_eq!(MemoryStore::default().name(), "memory");
     /// ```
