@@ -1,4 +1,4 @@
-//! What the SPEC §7 telemetry adds to a call whose first attempt succeeds:
+//! What the telemetry of `resilience::guide` adds to a call whose first attempt succeeds:
 //! with the `metrics` feature compiled out, with it compiled in but no
 //! recorder installed, and with a Prometheus recorder.
 //!

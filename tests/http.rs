@@ -1,5 +1,5 @@
 //! The reqwest integration through the real HTTP stack, against the
-//! scripted-fault server of `examples/common` on loopback (SPEC §2, §3, §9).
+//! scripted-fault server of `examples/common` on loopback (`resilience::guide`: what may be retried, idempotency, testing).
 
 #[path = "../examples/common/mod.rs"]
 mod common;

@@ -1,4 +1,4 @@
-//! The SPEC §7 series as Prometheus scrapes them: a scripted failure
+//! The series of `resilience::guide` as Prometheus scrapes them: a scripted failure
 //! scenario against a real HTTP server on loopback, then the exact text that
 //! `metrics-exporter-prometheus` renders for `/metrics`.
 #![cfg(feature = "metrics")]

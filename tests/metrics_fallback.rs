@@ -1,5 +1,5 @@
 //! A `#[circuit_breaker(fallback = …)]` answer is counted in
-//! `http_client_fallbacks_total`, as every fallback must be (SPEC §6, §7).
+//! `http_client_fallbacks_total`, as every fallback must be (`resilience::guide`: fallbacks, metrics).
 #![cfg(feature = "metrics")]
 
 mod macros_common;

@@ -11,7 +11,7 @@
 //! - [`consumer`]: background consumers that retry a message under the
 //!   `background` preset and hand a poison one to a dead-letter queue;
 //! - [`idempotency`]: keys that make a retried POST safe;
-//! - [`telemetry`]: the metrics, spans and events of the guide's rules on [metrics](crate::guide#metrics-and-alerts);
+//! - [`telemetry`]: the metrics, spans and events of the [guide](crate::guide#metrics-and-alerts);
 //! - `http` (feature `reqwest`): the reqwest integration;
 //! - `db` (feature `sqlx-postgres`): PostgreSQL transactions retried as a
 //!   whole on serialization failures and deadlocks.

@@ -158,7 +158,7 @@ impl BreakerConfig {
     /// It applies to [`CircuitBreaker::call`](super::CircuitBreaker::call)
     /// (and so to `#[circuit_breaker]` without `#[retry]`); with `#[retry]`
     /// inside, the chain's `max_elapsed` bounds the probe as it bounds
-    /// every call. The default, 5 s, is the guide's retry budget for one
+    /// every call. The default, 5 s, is the retry budget [the guide](crate::guide#deadlines-and-budgets) gives one
     /// downstream call.
     pub const fn with_probe_timeout(mut self, timeout: Duration) -> Self {
         self.probe_timeout = timeout;

@@ -61,7 +61,7 @@ pub struct ChainBound {
     pub total: Duration,
     /// Every pause of the chain at its longest, jitter included.
     pub pauses: Duration,
-    /// The guide's rule of thumb, `initial · 2^retries`.
+    /// The rule of thumb `initial · 2^retries`.
     pub rule_of_thumb: Duration,
 }
 
@@ -83,7 +83,7 @@ impl RngCore for Highest {
 }
 
 impl ConsumerConfig {
-    /// The guide's lifetime of a settled message's record: 24 h, as for
+    /// The lifetime of a settled message's record: 24 h, as for
     /// idempotency keys.
     pub const SETTLED_TTL: Duration = Duration::from_secs(24 * 60 * 60);
 
@@ -138,7 +138,7 @@ impl ConsumerConfig {
                 "ack_deadline",
                 format!("{ack_deadline:?}"),
                 format!(
-                    "the retry chain can hold one message for up to {total:?} ({attempt}, pauses of {initial:?} ×{multiplier} up to {max:?} adding up to {pauses:?} with jitter, the guide's `initial · 2^retries` = {thumb:?}, `max_elapsed = {elapsed:?}`), longer than the ack deadline: the broker would hand the message to another consumer while this one still retries it (a rebalance, in Kafka terms); lower `max_attempts`, `initial` or `max_elapsed`, set an `attempt_timeout`, or raise the ack deadline",
+                    "the retry chain can hold one message for up to {total:?} ({attempt}, pauses of {initial:?} ×{multiplier} up to {max:?} adding up to {pauses:?} with jitter, the rule of thumb `initial · 2^retries` = {thumb:?}, `max_elapsed = {elapsed:?}`), longer than the ack deadline: the broker would hand the message to another consumer while this one still retries it (a rebalance, in Kafka terms); lower `max_attempts`, `initial` or `max_elapsed`, set an `attempt_timeout`, or raise the ack deadline",
                     total = bound.total,
                     initial = backoff.initial(),
                     multiplier = backoff.multiplier(),
@@ -183,7 +183,7 @@ impl ConsumerConfig {
     ///   included), capped by `max_elapsed`; without an `attempt_timeout`
     ///   one hung attempt can use the whole `max_elapsed`, so it is
     ///   `max_elapsed`;
-    /// - the guide's rule of thumb, `initial · 2^retries` (its "if
+    /// - the rule of thumb `initial · 2^retries` ("if
     ///   `InitialInterval · 2^MaxRetries` > `max.poll.interval.ms`,
     ///   rebalance"), capped by `max_elapsed` too.
     ///

@@ -166,7 +166,7 @@ impl From<Error> for DedupError {
 /// before it acknowledges the message, so a consumer killed between the two
 /// leaves a record, and the redelivery is acknowledged without running the
 /// handler. What this cannot cover is a crash between the handler's effect
-/// and `settle`: close that window as the guide does, with a unique
+/// and `settle`: close that window with a unique
 /// constraint on the effect itself (or by writing the record in the
 /// handler's own transaction, a PostgreSQL implementation of this trait).
 ///

@@ -23,7 +23,8 @@
 //!    message is handed off once, and never lost.
 //!
 //! [`ConsumerConfig::new`] refuses a retry chain that can outlast the
-//! broker's ack deadline (the guide's partition-blocking rule).
+//! broker's ack deadline (the broker would hand the message to another consumer, and
+//! the partition behind it would block).
 //!
 //! # Brokers
 //!
@@ -46,8 +47,8 @@
 //! | [`consumer_dead_letters_total`](DEAD_LETTERS_TOTAL) | counter, messages handed to the dead-letter sink | `service`, `target`, `reason` ∈ `permanent`, `exhausted`, `elapsed`, `deadline` |
 //! | [`consumer_duplicates_total`](DUPLICATES_TOTAL) | counter, redeliveries of settled messages acknowledged without running the handler | `service`, `target` |
 //!
-//! Alert on `rate(consumer_dead_letters_total[5m]) > 0`: the guide's "it
-//! is not transient: look at it by hand".
+//! Alert on `rate(consumer_dead_letters_total[5m]) > 0`: a dead
+//! letter is not transient: look at it by hand.
 //!
 //! # Example
 //!

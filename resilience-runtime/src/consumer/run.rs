@@ -160,7 +160,7 @@ pub struct Summary {
     pub settle_errors: u64,
 }
 
-/// A message handler run as the guide's background consumer: deduplicated,
+/// A message handler run as a background consumer: deduplicated,
 /// retried under the consumer's policy, dead-lettered once when it cannot
 /// succeed.
 ///

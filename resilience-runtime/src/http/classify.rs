@@ -1,4 +1,4 @@
-//! The classifier of the guide's rules on [what may be retried](crate::guide#what-may-be-retried) applied to reqwest's errors and responses.
+//! The classifier ([what may be retried](crate::guide#what-may-be-retried)) applied to reqwest's errors and responses.
 
 use std::error::Error as StdError;
 use std::time::{Duration, SystemTime};
@@ -38,8 +38,8 @@ pub fn retry_after(headers: &reqwest::header::HeaderMap) -> Option<Duration> {
     parse_retry_after_bytes(value.as_bytes(), SystemTime::now())
 }
 
-/// Every transport error is transient, as the guide's `IsRetryable` has
-/// it: the only errors a retry cannot help are the ones that are not about
+/// Every transport error is transient, as [the guide](crate::guide#what-may-be-retried)
+/// has it: the only errors a retry cannot help are the ones that are not about
 /// the transport at all, listed here with their reason.
 ///
 /// | reqwest error | verdict |

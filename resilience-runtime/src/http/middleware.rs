@@ -17,14 +17,14 @@ use crate::retry::{Classify, Event, Policy, PolicyBuilder, Reason, Verdict};
 /// request of a [`reqwest_middleware::ClientWithMiddleware`], for code that
 /// prefers one client-wide layer to an attribute on each method.
 ///
-/// Layers as the guide's rules on [circuit breaker](crate::guide#circuit-breaker) orders them: breaker → retry → transport. The breaker
+/// Layers in the order of the [guide](crate::guide#circuit-breaker): breaker → retry → transport. The breaker
 /// counts one request once, however many attempts it took, by its final
 /// outcome; an open breaker rejects the request without sending it, as a
 /// [`reqwest_middleware::Error::Middleware`] holding
 /// [`HttpError::Resilience`] ("dependency down").
 ///
 /// Each request is sent again (a copy of it, body included) while the
-/// classifier of the guide's rules on [what may be retried](crate::guide#what-may-be-retried) says so; the response of the last attempt is
+/// classifier ([what may be retried](crate::guide#what-may-be-retried)) says so; the response of the last attempt is
 /// returned as is, whatever its status, so the caller sees what it would
 /// have seen without the layer. A response that leads to another attempt
 /// is dropped unread, which closes its connection.

@@ -2,7 +2,7 @@
 //!
 //! - [`Classify`](crate::retry::Classify) for [`reqwest::Error`], and
 //!   [`classify_response`] for a [`reqwest::Response`], both by the one
-//!   table of the guide's rules on [what may be retried](crate::guide#what-may-be-retried) ([`HttpStatus`](crate::retry::HttpStatus) and
+//!   table of [what may be retried](crate::guide#what-may-be-retried) ([`HttpStatus`](crate::retry::HttpStatus) and
 //!   `Retry-After`);
 //! - [`StatusError`]: a non-success response turned into an error carrying
 //!   the status and `Retry-After`, its body drained so that nothing leaks

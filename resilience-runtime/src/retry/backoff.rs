@@ -172,7 +172,7 @@ impl Backoff {
         }
     }
 
-    /// Checks the rules of the guide's rules on [retry](crate::guide#retry): a non-zero `initial` no larger than
+    /// Checks the rules on [retry](crate::guide#retry): a non-zero `initial` no larger than
     /// `max_interval`, a finite `multiplier` of at least 1, and a jitter
     /// factor in `[0.1, 1]`.
     pub fn validate(&self) -> Result<(), ConfigError> {

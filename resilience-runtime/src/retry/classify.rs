@@ -309,8 +309,8 @@ impl<T: Classify + ?Sized> Classify for Box<T> {
     }
 }
 
-/// Transport errors are transient, as the guide's `IsRetryable` has it
-/// (every transport error but a cancellation): a refused connection is a
+/// Transport errors are transient, as [the guide](crate::guide#what-may-be-retried)
+/// has it (every transport error but a cancellation): a refused connection is a
 /// pod restarting, an unreachable host or network a route that flaps.
 /// What is not a transport error (a missing file, bad input, a denied
 /// permission, an unsupported operation) is permanent, and so is

@@ -1,4 +1,4 @@
-//! Metrics and traces of protected calls, exactly as the guide's rules on [metrics](crate::guide#metrics-and-alerts) names them.
+//! Metrics and traces of protected calls, exactly as the [guide](crate::guide#metrics-and-alerts) names them.
 //!
 //! # Metrics
 //!

@@ -257,7 +257,7 @@ fn key_of(headers: &HeaderMap) -> Result<IdempotencyKey, Rejection> {
 }
 
 /// Whether a status frees the key without the [`EffectNotApplied`] marker:
-/// only `408` and `429` (the guide's rules on [what may be retried](crate::guide#what-may-be-retried)'s retryable 4xx), which say by their
+/// only `408` and `429` (the retryable 4xx of [the guide](crate::guide#what-may-be-retried)), which say by their
 /// definition that the request was not processed (RFC 9110 §15.5.9, RFC
 /// 6585 §4). A `5xx` says nothing of the kind, so it is final.
 fn refused_unprocessed(status: StatusCode) -> bool {

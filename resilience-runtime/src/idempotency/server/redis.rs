@@ -57,7 +57,7 @@ pub struct RedisStore {
 }
 
 impl RedisStore {
-    /// The key prefix of the guide: `idem:`.
+    /// The default key prefix: `idem:`.
     pub const DEFAULT_PREFIX: &'static str = "idem:";
 
     /// How long [`connect`](Self::connect)'s manager waits for a
