@@ -33,6 +33,8 @@ pub mod http;
 #[doc = include_str!("guide.md")]
 pub mod guide {}
 pub mod idempotency;
+#[cfg(any(feature = "idempotency-redis", feature = "breaker-redis"))]
+mod redis_link;
 pub mod registry;
 pub mod retry;
 pub mod telemetry;

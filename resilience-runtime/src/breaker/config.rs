@@ -29,6 +29,73 @@ pub struct SlowCall {
     pub ratio: f64,
 }
 
+/// How a breaker is shared with the other replicas of the service: the
+/// Redis it exchanges its counts and state through, and how often.
+///
+/// Every replica whose breaker of the same name (in the same `service`)
+/// shares through the same Redis counts against the fleet's window and
+/// follows the fleet's state; see [`shared`](super#sharing-a-breaker-across-replicas)
+/// for what is exchanged and what happens when Redis is down. The call
+/// path never touches Redis: admission, rejection and counting stay in
+/// the process's memory, and a background task syncs every
+/// `sync_interval`.
+///
+/// It needs the `breaker-redis` cargo feature; without it, a breaker
+/// configured with sharing is refused by [`BreakerConfig::validate`].
+///
+/// # Default
+///
+/// A sync interval of 1 s.
+///
+/// # Example
+///
+/// ```
+/// use resilience_runtime::breaker::{BreakerConfig, Sharing};
+/// use std::time::Duration;
+///
+/// const USER: BreakerConfig = BreakerConfig::critical().with_sharing(
+///     Sharing::redis("redis://127.0.0.1:6379/").with_sync_interval(Duration::from_millis(500)),
+/// );
+/// assert_eq!(USER.sharing().map(|s| s.url()), Some("redis://127.0.0.1:6379/"));
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Sharing {
+    url: &'static str,
+    sync_interval: Duration,
+}
+
+impl Sharing {
+    /// The default interval between two syncs with the fleet: 1 s.
+    pub const DEFAULT_SYNC_INTERVAL: Duration = Duration::from_secs(1);
+
+    /// Shares through the Redis at `url` (`redis://host:port/db`), syncing
+    /// every second (`shared`).
+    pub const fn redis(url: &'static str) -> Self {
+        Self {
+            url,
+            sync_interval: Self::DEFAULT_SYNC_INTERVAL,
+        }
+    }
+
+    /// Syncs with the fleet every `interval` (`sync_interval`): an opening
+    /// published by one replica is followed by every other within one
+    /// interval; each sync costs each replica one Redis round trip.
+    pub const fn with_sync_interval(mut self, interval: Duration) -> Self {
+        self.sync_interval = interval;
+        self
+    }
+
+    /// The Redis URL.
+    pub const fn url(&self) -> &'static str {
+        self.url
+    }
+
+    /// The interval between two syncs.
+    pub const fn sync_interval(&self) -> Duration {
+        self.sync_interval
+    }
+}
+
 /// When a [`CircuitBreaker`](super::CircuitBreaker) trips, how long it
 /// stays open and how it probes (the guide's rules on [circuit breaker](crate::guide#circuit-breaker)).
 ///
@@ -73,6 +140,7 @@ pub struct BreakerConfig {
     half_open: u32,
     slow_call: Option<SlowCall>,
     probe_timeout: Duration,
+    sharing: Option<Sharing>,
 }
 
 impl Default for BreakerConfig {
@@ -96,6 +164,7 @@ impl BreakerConfig {
             half_open: 1,
             slow_call: None,
             probe_timeout: Duration::from_secs(5),
+            sharing: None,
         }
     }
 
@@ -170,6 +239,26 @@ impl BreakerConfig {
     pub const fn with_slow_call(mut self, threshold: Duration, ratio: f64) -> Self {
         self.slow_call = Some(SlowCall { threshold, ratio });
         self
+    }
+
+    /// Shares the breaker with the service's other replicas (`shared`,
+    /// `sync_interval`): the fleet trips on its total counts and sends
+    /// `half_open` probes in all; see [`Sharing`]. Needs a time window and
+    /// the `breaker-redis` cargo feature.
+    pub const fn with_sharing(mut self, sharing: Sharing) -> Self {
+        self.sharing = Some(sharing);
+        self
+    }
+
+    /// Keeps the breaker to this process.
+    pub const fn without_sharing(mut self) -> Self {
+        self.sharing = None;
+        self
+    }
+
+    /// How the breaker is shared with other replicas, if it is.
+    pub const fn sharing(&self) -> Option<Sharing> {
+        self.sharing
     }
 
     /// Removes the slow-call rule.
@@ -298,6 +387,62 @@ impl BreakerConfig {
                 ));
             }
         }
+        if let Some(sharing) = self.sharing {
+            self.validate_sharing(sharing)?;
+        }
+        Ok(())
+    }
+
+    fn validate_sharing(&self, sharing: Sharing) -> Result<(), ConfigError> {
+        const WHAT: &str = "circuit breaker";
+        let url = sharing.url();
+        if !cfg!(feature = "breaker-redis") {
+            return Err(ConfigError::new(
+                WHAT,
+                "shared",
+                format!("{url:?}"),
+                "sharing a breaker through Redis needs the `breaker-redis` cargo feature of `resilience`; enable it, or remove `shared`",
+            ));
+        }
+        #[cfg(feature = "breaker-redis")]
+        if let Err(err) = redis::Client::open(url) {
+            return Err(ConfigError::new(
+                WHAT,
+                "shared",
+                format!("{url:?}"),
+                format!(
+                    "not a Redis URL the client accepts ({err}); write it as \"redis://host:port/db\", e.g. \"redis://127.0.0.1:6379/\""
+                ),
+            ));
+        }
+        if let Window::Count(calls) = self.window {
+            return Err(ConfigError::new(
+                WHAT,
+                "window_calls",
+                calls,
+                "a shared breaker needs a time window: replicas add up the calls of the same seconds, and the last n calls of five processes are no one window; use `window = \"60s\"`",
+            ));
+        }
+        let interval = sharing.sync_interval();
+        if interval < Duration::from_millis(10) {
+            return Err(ConfigError::new(
+                WHAT,
+                "sync_interval",
+                format!("{interval:?}"),
+                "a sync costs a Redis round trip per replica; sync at least 10ms apart (the default is 1s)",
+            ));
+        }
+        if interval > self.cooldown {
+            return Err(ConfigError::new(
+                WHAT,
+                "sync_interval",
+                format!("{interval:?}"),
+                format!(
+                    "a sync interval longer than the cooldown ({:?}) lets replicas miss a whole opening of the fleet; sync more often (the default is 1s)",
+                    self.cooldown
+                ),
+            ));
+        }
         Ok(())
     }
 
@@ -400,5 +545,57 @@ mod tests {
             assert_eq!((err.field(), err.value()), (field, value), "{err}");
             assert_eq!(err.subject(), "circuit breaker");
         }
+    }
+
+    #[test]
+    fn bad_sharing_is_named() {
+        let shared = |interval: u64| {
+            Sharing::redis("redis://127.0.0.1:6379/")
+                .with_sync_interval(Duration::from_millis(interval))
+        };
+        let mut cases = vec![
+            (
+                BreakerConfig::new().with_sharing(shared(5)),
+                "sync_interval",
+                "5ms",
+            ),
+            (
+                BreakerConfig::new()
+                    .with_cooldown(Duration::from_secs(1))
+                    .with_sharing(shared(2000)),
+                "sync_interval",
+                "2s",
+            ),
+            (
+                BreakerConfig::new()
+                    .with_count_window(100)
+                    .with_sharing(shared(1000)),
+                "window_calls",
+                "100",
+            ),
+            (
+                BreakerConfig::new().with_sharing(Sharing::redis("http://cache:6379")),
+                "shared",
+                "\"http://cache:6379\"",
+            ),
+        ];
+        if !cfg!(feature = "breaker-redis") {
+            cases.truncate(0);
+            cases.push((
+                BreakerConfig::new().with_sharing(shared(1000)),
+                "shared",
+                "\"redis://127.0.0.1:6379/\"",
+            ));
+        }
+        for (config, field, value) in cases {
+            let err = config.validate().unwrap_err();
+            assert_eq!((err.field(), err.value()), (field, value), "{err}");
+        }
+        let ok = BreakerConfig::new().with_sharing(shared(1000));
+        assert_eq!(ok.validate().is_ok(), cfg!(feature = "breaker-redis"));
+        assert_eq!(
+            Sharing::redis("redis://x/").sync_interval(),
+            Duration::from_secs(1)
+        );
     }
 }

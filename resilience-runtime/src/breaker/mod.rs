@@ -68,6 +68,47 @@
 //! [`probe_timeout`](BreakerConfig::with_probe_timeout): both count as
 //! failures.
 //!
+//! # Sharing a breaker across replicas
+//!
+//! With the `breaker-redis` feature, [`BreakerConfig::with_sharing`] (or
+//! `shared = "redis://…"` and `sync_interval = "1s"` under
+//! `[breakers.NAME]` in the config file) makes the breakers of that name
+//! in every replica of the service one breaker for the fleet, while each
+//! call is still decided in the process's memory, exactly as without
+//! sharing:
+//!
+//! - each replica's background task adds its window's new counts to the
+//!   fleet's window in Redis every sync interval, and the fleet trips on
+//!   its totals (`min` and `ratio` across all replicas); a replica that
+//!   trips on its own counts publishes its opening at once;
+//! - an opening is a Redis key that expires with the cooldown: every
+//!   replica rejects within one sync interval of it, for the cooldown the
+//!   fleet has left;
+//! - after the cooldown, probe tokens taken with `SET NX` let the fleet
+//!   send `half_open` probes in all; their success closes every replica
+//!   within a sync interval, a failure opens the fleet again;
+//! - when Redis does not answer, each replica decides alone (its own
+//!   window, its own `half_open` probes), says so once at WARN and with
+//!   `circuit_breaker_shared_fallback = 1`, and follows the fleet again at
+//!   the first sync Redis answers. No call ever waits on Redis.
+//!
+//! [`Snapshot::fleet`] tells which of the two a breaker does now. An
+//! operator's [`force_open`](CircuitBreaker::force_open) or
+//! [`force_closed`](CircuitBreaker::force_closed) applies to that replica
+//! only. Shared breakers need a time window.
+//!
+//! ```no_run
+//! use resilience_runtime::breaker::{BreakerConfig, Sharing};
+//! use resilience_runtime::registry::Registry;
+//!
+//! let registry = Registry::builder()
+//!     .service("checkout")
+//!     .breaker("user", BreakerConfig::critical().with_sharing(Sharing::redis("redis://127.0.0.1:6379/")))
+//!     .build()?;
+//! # drop(registry);
+//! # Ok::<(), resilience_runtime::ConfigError>(())
+//! ```
+//!
 //! # Cost
 //!
 //! The closed path reads one shared word and adds one to a counter of a
@@ -80,6 +121,8 @@
 
 mod config;
 mod owner;
+#[cfg(all(feature = "breaker-redis", not(loom)))]
+mod shared;
 mod state;
 mod sync;
 #[cfg(not(loom))]
@@ -98,7 +141,7 @@ use std::time::Duration;
 use pin_project_lite::pin_project;
 use tokio::time::{Instant, Sleep};
 
-pub use config::{BreakerConfig, SlowCall, Window};
+pub use config::{BreakerConfig, Sharing, SlowCall, Window};
 pub use state::State;
 
 use self::state::{
@@ -123,6 +166,32 @@ impl<T> std::ops::Deref for Padded<T> {
     type Target = T;
     fn deref(&self) -> &T {
         &self.0
+    }
+}
+
+/// Whether a shared breaker follows its fleet right now, from
+/// [`CircuitBreaker::snapshot`](super::CircuitBreaker::snapshot).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Fleet {
+    /// The breaker is not shared.
+    Off,
+    /// Redis answered the last sync: the breaker counts with the fleet,
+    /// follows its state and sends only the fleet's probes.
+    Joined,
+    /// Redis did not answer (or has not yet): the breaker decides alone,
+    /// as an unshared one does, and rejoins at the first sync Redis
+    /// answers. `circuit_breaker_shared_fallback` is 1 meanwhile.
+    Local,
+}
+
+impl Fleet {
+    /// `off`, `joined` or `local`.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Fleet::Off => "off",
+            Fleet::Joined => "joined",
+            Fleet::Local => "local",
+        }
     }
 }
 
@@ -181,6 +250,9 @@ struct Inner {
     window: SlidingWindow,
     origin: Instant,
     hooks: RwLock<Vec<Hook>>,
+    /// What the breaker shares with its sync task, when shared.
+    #[cfg(all(feature = "breaker-redis", not(loom)))]
+    shared: Option<Arc<shared::Link>>,
 }
 
 /// How a call was let through.
@@ -278,6 +350,10 @@ impl CircuitBreaker {
                 window: SlidingWindow::new(owned),
                 origin: Instant::now(),
                 hooks: RwLock::new(Vec::new()),
+                #[cfg(all(feature = "breaker-redis", not(loom)))]
+                shared: config
+                    .sharing()
+                    .map(|sharing| Arc::new(shared::Link::new(sharing, labels))),
             }),
         }
     }
@@ -448,6 +524,8 @@ impl CircuitBreaker {
         let before = self.inner.state.fetch_and(!NO_TICKER, AcqRel);
         if before & NO_TICKER != 0 {
             ticker::register(&handle, Arc::downgrade(&self.inner));
+            #[cfg(feature = "breaker-redis")]
+            shared::start(&self.inner, &handle);
         }
     }
 
@@ -519,11 +597,20 @@ impl CircuitBreaker {
             } else {
                 0
             },
+            fleet: inner.fleet(),
         }
     }
 }
 
 impl Inner {
+    fn fleet(&self) -> Fleet {
+        #[cfg(all(feature = "breaker-redis", not(loom)))]
+        if let Some(link) = &self.shared {
+            return link.fleet();
+        }
+        Fleet::Off
+    }
+
     /// Nanoseconds on tokio's clock since the breaker was created.
     fn now(&self) -> u64 {
         duration_nanos(Instant::now().saturating_duration_since(self.origin))
@@ -592,7 +679,11 @@ impl Inner {
     /// Takes a probe slot of the half-open state of `generation`, if one is
     /// free.
     fn try_probe(&self, generation: u32) -> bool {
-        let limit = self.config.half_open().min(u32::from(u16::MAX));
+        let limit = self.probe_limit(generation).min(u32::from(u16::MAX));
+        if limit == 0 {
+            // A shared breaker whose fleet gave this replica no probe.
+            return false;
+        }
         let mut current = Probes(self.probes.load(Acquire));
         loop {
             let next = if current.generation() == generation {
@@ -615,6 +706,17 @@ impl Inner {
                 Err(actual) => current = Probes(actual),
             }
         }
+    }
+
+    /// How many probes the half-open period of `generation` may have
+    /// in flight or succeeded.
+    fn probe_limit(&self, generation: u32) -> u32 {
+        #[cfg(all(feature = "breaker-redis", not(loom)))]
+        if let Some(link) = &self.shared {
+            return link.probe_limit(generation, self.config.half_open());
+        }
+        let _ = generation;
+        self.config.half_open()
     }
 
     /// Frees a probe's slot; `Some(success)` when it completed, `None` when
@@ -664,16 +766,38 @@ impl Inner {
     /// breaker), to `to`, then the WARN and the hooks. Returns whether this
     /// call made the change.
     fn transition(&self, from: Word, to: u64, forced: bool, now: u64) -> bool {
+        let until = if forced {
+            u64::MAX
+        } else {
+            now.saturating_add(duration_nanos(self.config.cooldown()))
+        };
+        self.transition_until(from, to, forced, until)
+    }
+
+    /// Moves the breaker to its fleet's state, from `from` only: open for
+    /// `open_for` more nanoseconds (an open breaker only has its cooldown
+    /// moved to the fleet's), half-open or closed. Returns whether it
+    /// changed.
+    #[cfg(all(feature = "breaker-redis", not(loom)))]
+    fn follow(&self, from: Word, to: u64, open_for: Option<u64>) -> bool {
+        let now = self.now();
+        let until = now.saturating_add(open_for.unwrap_or(0));
+        if to == OPEN && from.kind() == OPEN {
+            if Word(self.state.load(Acquire)) == from {
+                self.open_until.store(until, Release);
+            }
+            return false;
+        }
+        self.transition_until(from, to, false, until)
+    }
+
+    /// [`transition`](Self::transition), opening until `until`.
+    fn transition_until(&self, from: Word, to: u64, forced: bool, until: u64) -> bool {
         if Word(self.state.load(Acquire)).generation() != from.generation() {
             return false;
         }
         // Set up the new state before it becomes visible.
         if to == OPEN {
-            let until = if forced {
-                u64::MAX
-            } else {
-                now.saturating_add(duration_nanos(self.config.cooldown()))
-            };
             self.open_until.store(until, Release);
         } else if to == CLOSED {
             self.window.clear();
@@ -694,6 +818,10 @@ impl Inner {
             }
         };
         let (from_state, to_state) = (before.state(), Word(to).state());
+        #[cfg(all(feature = "breaker-redis", not(loom)))]
+        if let Some(link) = &self.shared {
+            link.wake();
+        }
         telemetry::breaker_transition(self.labels, from_state, to_state, forced);
         if from_state != to_state {
             let hooks = self
@@ -1033,6 +1161,8 @@ pub struct Snapshot {
     pub until_half_open: Option<Duration>,
     /// Probes in flight, when half-open.
     pub probes_in_flight: u32,
+    /// Whether the breaker follows its fleet ([`Sharing`]).
+    pub fleet: Fleet,
 }
 
 #[cfg(all(test, not(loom)))]

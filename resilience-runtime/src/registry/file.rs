@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use crate::breaker::BreakerConfig;
+use crate::breaker::{BreakerConfig, Sharing};
 use crate::error::ConfigError;
 use crate::retry::{Jitter, PolicyBuilder};
 
@@ -46,6 +46,21 @@ struct BreakerSection {
     probe_timeout: Option<String>,
     slow_call: Option<String>,
     slow_ratio: Option<f64>,
+    shared: Option<String>,
+    sync_interval: Option<String>,
+    /// `shared`, leaked once when the file is loaded: [`Sharing`] keeps a
+    /// `&'static str`.
+    #[serde(skip)]
+    shared_url: Option<&'static str>,
+}
+
+impl BreakerSection {
+    fn leak_url(&mut self) {
+        self.shared_url = self
+            .shared
+            .as_ref()
+            .map(|url| &*Box::leak(url.clone().into_boxed_str()));
+    }
 }
 
 /// The keys of a `[retry.<name>]` section.
@@ -64,7 +79,9 @@ struct RetrySection {
 
 impl FileConfig {
     pub(super) fn parse(text: &str, origin: &str) -> Result<FileConfig, ConfigError> {
-        let raw: Raw = toml::from_str(text).map_err(|err| syntax_error(text, origin, &err))?;
+        let mut raw: Raw = toml::from_str(text).map_err(|err| syntax_error(text, origin, &err))?;
+        raw.defaults.leak_url();
+        raw.breakers.values_mut().for_each(BreakerSection::leak_url);
         let config = FileConfig {
             origin: Some(origin.to_owned()),
             service: raw.service,
@@ -164,6 +181,34 @@ impl BreakerSection {
         }
         if let Some(timeout) = &self.probe_timeout {
             c = c.with_probe_timeout(duration("probe_timeout", timeout)?);
+        }
+        match (self.shared_url, &self.sync_interval) {
+            (Some(url), interval) => {
+                let mut sharing = Sharing::redis(url);
+                if let Some(previous) = c.sharing() {
+                    sharing = sharing.with_sync_interval(previous.sync_interval());
+                }
+                if let Some(interval) = interval {
+                    sharing = sharing.with_sync_interval(duration("sync_interval", interval)?);
+                }
+                c = c.with_sharing(sharing);
+            }
+            (None, Some(interval)) => match c.sharing() {
+                Some(sharing) => {
+                    c = c.with_sharing(
+                        sharing.with_sync_interval(duration("sync_interval", interval)?),
+                    )
+                }
+                None => {
+                    return Err(ConfigError::new(
+                        "",
+                        "sync_interval",
+                        format!("{interval:?}"),
+                        "a sync interval needs `shared`, the Redis URL the breaker is shared through",
+                    ));
+                }
+            },
+            (None, None) => {}
         }
         match (&self.slow_call, self.slow_ratio) {
             (Some(threshold), ratio) => {

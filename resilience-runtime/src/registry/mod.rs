@@ -31,6 +31,8 @@
 //! half_open = 1
 //! slow_call = "2s"            # optional, with `slow_ratio`
 //! slow_ratio = 0.8
+//! # shared = "redis://127.0.0.1:6379/"   # feature `breaker-redis`: one breaker
+//! # sync_interval = "1s"                 # for every replica of the service
 //!
 //! [retry.user]
 //! max_attempts = 3            # or `max`

@@ -258,3 +258,33 @@ fn a_conflicting_registration_is_warned_once_naming_both() {
     );
     assert!(warning.contains("first registration wins"), "{warning}");
 }
+
+#[cfg(feature = "breaker-redis")]
+#[test]
+fn a_shared_breaker_from_the_file() {
+    let registry = Registry::builder()
+        .config_str(
+            "[defaults]\nsync_interval = \"250ms\"\nshared = \"redis://127.0.0.1:6379/\"\n[breakers.user]\nsync_interval = \"500ms\"\n[breakers.orders]\n",
+            "app.toml",
+        )
+        .unwrap()
+        .build()
+        .unwrap();
+    let user = registry.breaker("user", BreakerConfig::new());
+    let sharing = user.config().sharing().unwrap();
+    assert_eq!(sharing.url(), "redis://127.0.0.1:6379/");
+    assert_eq!(sharing.sync_interval(), Duration::from_millis(500));
+    let orders = registry.breaker("orders", BreakerConfig::new());
+    assert_eq!(
+        orders.config().sharing().unwrap().sync_interval(),
+        Duration::from_millis(250)
+    );
+
+    let err = file_error("[breakers.user]\nsync_interval = \"1s\"\n");
+    assert_eq!((err.field(), err.value()), ("sync_interval", "\"1s\""));
+    let err = file_error("[breakers.user]\nshared = \"redis://x/\"\nsync_interval = \"1ms\"\n");
+    assert_eq!(err.subject(), "`[breakers.user]` in `app.toml`");
+    assert_eq!((err.field(), err.value()), ("sync_interval", "1ms"));
+    let err = file_error("[breakers.user]\nshared = \"memcached://x\"\n");
+    assert_eq!((err.field(), err.value()), ("shared", "\"memcached://x\""));
+}

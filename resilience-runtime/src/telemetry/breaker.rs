@@ -1,5 +1,7 @@
 //! What the circuit breaker reports: its state, trips and rejections.
 
+#[cfg(feature = "breaker-redis")]
+use super::BREAKER_SHARED_FALLBACK;
 use super::{BREAKER_STATE, BREAKER_TRIPS_TOTAL, DEPENDENCY_ERRORS_TOTAL, Labels, emit};
 use crate::breaker::State;
 use crate::retry::Reason;
@@ -51,5 +53,15 @@ fn rejected_event(labels: Labels) {
         target: "resilience",
         breaker = labels.target(),
         "call rejected by the circuit breaker"
+    );
+}
+
+/// A shared breaker decides alone (`true`) or follows its fleet again.
+#[cfg(feature = "breaker-redis")]
+pub(crate) fn breaker_shared_fallback(labels: Labels, alone: bool) {
+    emit::gauge(
+        BREAKER_SHARED_FALLBACK,
+        labels,
+        if alone { 1.0 } else { 0.0 },
     );
 }

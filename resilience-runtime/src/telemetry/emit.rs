@@ -10,8 +10,8 @@ mod facade {
     use metrics::{Key, KeyName, Label, Level, Metadata, Recorder, SharedString, Unit};
 
     use super::super::{
-        BREAKER_STATE, BREAKER_TRIPS_TOTAL, DEPENDENCY_ERRORS_TOTAL, FALLBACKS_TOTAL,
-        REQUEST_DURATION_SECONDS, RETRIES_TOTAL,
+        BREAKER_SHARED_FALLBACK, BREAKER_STATE, BREAKER_TRIPS_TOTAL, DEPENDENCY_ERRORS_TOTAL,
+        FALLBACKS_TOTAL, REQUEST_DURATION_SECONDS, RETRIES_TOTAL,
     };
     use super::Labels;
 
@@ -178,6 +178,11 @@ mod facade {
                 name(BREAKER_TRIPS_TOTAL),
                 Some(Unit::Count),
                 text("Circuit breaker transitions from closed to open."),
+            );
+            r.describe_gauge(
+                name(BREAKER_SHARED_FALLBACK),
+                None,
+                text("1 while a circuit breaker shared through Redis decides alone (Redis does not answer), 0 while it follows its fleet."),
             );
             r.describe_counter(
                 name(DEPENDENCY_ERRORS_TOTAL),

@@ -15,6 +15,7 @@
 //! | [`circuit_breaker_state`](BREAKER_STATE) | gauge: 0 closed, 1 half-open, 2 open | `service`, `target` |
 //! | [`circuit_breaker_trips_total`](BREAKER_TRIPS_TOTAL) | counter: closed → open | `service`, `target` |
 //! | [`dependency_errors_total`](DEPENDENCY_ERRORS_TOTAL) | counter | `service`, `target`, `reason` |
+//! | [`circuit_breaker_shared_fallback`](BREAKER_SHARED_FALLBACK) | gauge: 1 while a shared breaker decides alone | `service`, `target` |
 //! | [`http_client_fallbacks_total`](FALLBACKS_TOTAL) | counter | `service`, `target`, `kind` |
 //!
 //! Every label value comes from a closed set or from names fixed at startup,
@@ -98,6 +99,8 @@ mod retries;
 #[cfg(all(test, feature = "metrics"))]
 mod tests;
 
+#[cfg(feature = "breaker-redis")]
+pub(crate) use breaker::breaker_shared_fallback;
 pub(crate) use breaker::{breaker_created, breaker_rejected, breaker_transition};
 pub use call::{CallScope, Entered, Observed, observe};
 pub use emit::{describe, recorder_installed};
@@ -117,6 +120,10 @@ pub const BREAKER_STATE: &str = "circuit_breaker_state";
 /// `circuit_breaker_trips_total{service,target}`: a counter of closed → open
 /// transitions.
 pub const BREAKER_TRIPS_TOTAL: &str = "circuit_breaker_trips_total";
+/// `circuit_breaker_shared_fallback{service,target}`: a gauge, 1 while a
+/// breaker shared through Redis decides alone (Redis does not answer, or
+/// has not yet), 0 while it follows its fleet.
+pub const BREAKER_SHARED_FALLBACK: &str = "circuit_breaker_shared_fallback";
 /// `dependency_errors_total{service,target,reason}`: a counter of failed
 /// attempts and rejected calls that are the dependency's fault.
 pub const DEPENDENCY_ERRORS_TOTAL: &str = "dependency_errors_total";

@@ -62,22 +62,22 @@ impl RedisStore {
 
     /// How long [`connect`](Self::connect)'s manager waits for a
     /// connection to Redis to open: 250 ms.
-    pub const DEFAULT_CONNECTION_TIMEOUT: Duration = Duration::from_millis(250);
+    pub const DEFAULT_CONNECTION_TIMEOUT: Duration = crate::redis_link::CONNECTION_TIMEOUT;
 
     /// How long [`connect`](Self::connect)'s manager waits for the answer
     /// to a command: 500 ms, half the layer's default `store_timeout`.
-    pub const DEFAULT_RESPONSE_TIMEOUT: Duration = Duration::from_millis(500);
+    pub const DEFAULT_RESPONSE_TIMEOUT: Duration = crate::redis_link::RESPONSE_TIMEOUT;
 
     /// How many times [`connect`](Self::connect)'s manager tries again when
     /// a reconnection fails: none. Commands wait for the reconnection, so
     /// every retry and its backoff would delay each request's `503`; the
     /// next request starts the next attempt instead (one at a time), and
     /// clients back off on their own.
-    pub const DEFAULT_RECONNECT_RETRIES: usize = 0;
+    pub const DEFAULT_RECONNECT_RETRIES: usize = crate::redis_link::RECONNECT_RETRIES;
 
     /// The longest pause between two reconnection attempts, for managers
     /// configured with retries: 500 ms.
-    pub const DEFAULT_MAX_RECONNECT_DELAY: Duration = Duration::from_millis(500);
+    pub const DEFAULT_MAX_RECONNECT_DELAY: Duration = crate::redis_link::MAX_RECONNECT_DELAY;
 
     /// Connects to `url` (`redis://host:port/db`) with the store's
     /// [`manager_config`](Self::manager_config): a dead Redis fails each
@@ -108,8 +108,7 @@ impl RedisStore {
         url: &str,
         config: ConnectionManagerConfig,
     ) -> Result<Self, StoreError> {
-        let client = redis::Client::open(url).map_err(backend)?;
-        let connection = ConnectionManager::new_with_config(client, config)
+        let connection = crate::redis_link::connect(url, config)
             .await
             .map_err(backend)?;
         Ok(Self::new(connection))
@@ -130,11 +129,7 @@ impl RedisStore {
     /// [`DEFAULT_RECONNECT_RETRIES`]: Self::DEFAULT_RECONNECT_RETRIES
     /// [`DEFAULT_MAX_RECONNECT_DELAY`]: Self::DEFAULT_MAX_RECONNECT_DELAY
     pub fn manager_config() -> ConnectionManagerConfig {
-        ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(Self::DEFAULT_CONNECTION_TIMEOUT))
-            .set_response_timeout(Some(Self::DEFAULT_RESPONSE_TIMEOUT))
-            .set_number_of_retries(Self::DEFAULT_RECONNECT_RETRIES)
-            .set_max_delay(Self::DEFAULT_MAX_RECONNECT_DELAY)
+        crate::redis_link::manager_config()
     }
 
     /// A store over an existing connection manager. Build it from

@@ -1,0 +1,171 @@
+//! A breaker shared by five replicas (five registries) through the real
+//! Redis at 127.0.0.1:6379. Ignored by default; run with
+//! `cargo test -p resilience-runtime --features breaker-redis --test breaker_redis -- --ignored`.
+
+use std::process::Command;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use resilience_runtime::breaker::{BreakerConfig, CircuitBreaker, Fleet, Sharing, State};
+use resilience_runtime::registry::Registry;
+use resilience_runtime::{Error, Outcome};
+use tokio::time::{Instant, sleep};
+
+const URL: &str = "redis://127.0.0.1:6379/";
+const INTERVAL: Duration = Duration::from_millis(100);
+/// Scheduling and round-trip slack on a loaded 2-core machine.
+const SLACK: Duration = Duration::from_millis(150);
+
+fn redis_cli(port: u16, args: &[&str]) -> String {
+    let out = Command::new("redis-cli")
+        .args(["-h", "127.0.0.1", "-p", &port.to_string()])
+        .args(args)
+        .output()
+        .expect("redis-cli runs");
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
+/// A service name no other test run uses; its keys are removed on drop.
+struct Service(String, u16);
+
+impl Service {
+    fn new(test: &str, port: u16) -> Service {
+        Service(format!("{test}-{:08x}", rand_u32()), port)
+    }
+    fn key(&self, suffix: &str) -> String {
+        format!("resilience:breaker:{{{}/user}}:{suffix}", self.0)
+    }
+}
+
+impl Drop for Service {
+    fn drop(&mut self) {
+        let pattern = format!("resilience:breaker:{{{}/*", self.0);
+        let keys = redis_cli(self.1, &["--scan", "--pattern", &pattern]);
+        for key in keys.lines().filter(|k| !k.is_empty()) {
+            redis_cli(self.1, &["DEL", key]);
+        }
+    }
+}
+
+fn rand_u32() -> u32 {
+    use std::hash::{BuildHasher, RandomState};
+    RandomState::new().hash_one(std::time::SystemTime::now()) as u32
+}
+
+fn config(url: &'static str) -> BreakerConfig {
+    BreakerConfig::new()
+        .with_min_requests(10)
+        .with_failure_ratio(0.5)
+        .with_window(Duration::from_secs(20))
+        .with_cooldown(Duration::from_secs(2))
+        .with_half_open(2)
+        .with_probe_timeout(Duration::from_secs(2))
+        .with_sharing(Sharing::redis(url).with_sync_interval(INTERVAL))
+}
+
+fn replicas(service: &Service, n: usize, config: BreakerConfig) -> Vec<&'static CircuitBreaker> {
+    (0..n)
+        .map(|_| {
+            let registry = Registry::builder()
+                .service(service.0.clone())
+                .breaker("user", config)
+                .build()
+                .expect("a valid config");
+            let registry: &'static Registry = Box::leak(Box::new(registry));
+            registry.breaker("user", config)
+        })
+        .collect()
+}
+
+fn outcome(
+    breaker: &CircuitBreaker,
+    outcome: Outcome,
+) -> Result<(), resilience_runtime::DependencyDown> {
+    breaker.try_acquire().map(|permit| permit.settle(outcome))
+}
+
+async fn until(what: &str, limit: Duration, mut done: impl FnMut() -> bool) -> Duration {
+    let start = Instant::now();
+    while !done() {
+        assert!(start.elapsed() < limit, "{what}: not within {limit:?}");
+        sleep(Duration::from_millis(2)).await;
+    }
+    start.elapsed()
+}
+
+/// Failures seen by two replicas open all five once the fleet's totals
+/// cross `min` and `ratio`, every replica within one sync interval of the
+/// opening; after the cooldown exactly `half_open` probes run fleet-wide
+/// and their success closes all five.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs Redis at 127.0.0.1:6379"]
+async fn five_replicas_trip_on_the_fleets_totals_and_probe_half_open_times() {
+    let service = Service::new("five", 6379);
+    let fleet = replicas(&service, 5, config(URL));
+    // One success each starts the replicas' sync tasks.
+    for b in &fleet {
+        outcome(b, Outcome::Success).unwrap();
+    }
+    until("all joined", Duration::from_secs(3), || {
+        fleet.iter().all(|b| b.snapshot().fleet == Fleet::Joined)
+    })
+    .await;
+    // 9 calls, 4 failures: under `min`.
+    for b in &fleet[..2] {
+        outcome(b, Outcome::Failure).unwrap();
+        outcome(b, Outcome::Failure).unwrap();
+    }
+    sleep(3 * INTERVAL).await;
+    assert!(fleet.iter().all(|b| b.state() == State::Closed));
+    assert_eq!(redis_cli(6379, &["EXISTS", &service.key("open")]), "0");
+    // 12 calls, 7 failures: over. Replica 0 alone has 6 calls, under `min`.
+    for _ in 0..3 {
+        outcome(fleet[0], Outcome::Failure).unwrap();
+    }
+    assert_eq!(fleet[0].state(), State::Closed, "no local trip");
+    until("the fleet opens", 2 * INTERVAL + SLACK, || {
+        redis_cli(6379, &["EXISTS", &service.key("open")]) == "1"
+    })
+    .await;
+    let followed = until("every replica rejects", INTERVAL + SLACK, || {
+        fleet.iter().all(|b| b.try_acquire().is_err())
+    })
+    .await;
+    eprintln!("every replica rejected {followed:?} after the opening was published");
+
+    // After the cooldown: every replica calls; count the calls that run
+    // before any replica has closed again, which are the probes.
+    let probes = Arc::new(AtomicU32::new(0));
+    sleep(Duration::from_millis(1800)).await;
+    let deadline = Instant::now() + Duration::from_secs(4);
+    let mut callers = Vec::new();
+    for &b in &fleet {
+        let (probes, fleet) = (probes.clone(), fleet.clone());
+        callers.push(tokio::spawn(async move {
+            while Instant::now() < deadline && fleet.iter().any(|b| b.state() != State::Closed) {
+                let call = b.call_with(
+                    async {
+                        if fleet.iter().all(|b| b.state() != State::Closed) {
+                            probes.fetch_add(1, Ordering::SeqCst);
+                        }
+                        sleep(Duration::from_millis(150)).await;
+                        Ok::<_, Error>(())
+                    },
+                    |_: &Error| true,
+                );
+                let _ = call.await;
+                sleep(Duration::from_millis(5)).await;
+            }
+        }));
+    }
+    for caller in callers {
+        caller.await.unwrap();
+    }
+    assert!(
+        fleet.iter().all(|b| b.state() == State::Closed),
+        "{:?}",
+        fleet.iter().map(|b| b.snapshot()).collect::<Vec<_>>()
+    );
+    assert_eq!(probes.load(Ordering::SeqCst), 2, "half_open probes in all");
+}
