@@ -169,3 +169,119 @@ async fn five_replicas_trip_on_the_fleets_totals_and_probe_half_open_times() {
     );
     assert_eq!(probes.load(Ordering::SeqCst), 2, "half_open probes in all");
 }
+
+/// A `redis-server` of this test's own, on its own port, stopped by its
+/// PID (on drop too).
+struct OwnRedis(std::process::Child);
+
+impl OwnRedis {
+    async fn start(port: u16) -> OwnRedis {
+        let child = Command::new("redis-server")
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .expect("redis-server starts");
+        let server = OwnRedis(child);
+        until("own redis answers", Duration::from_secs(5), || {
+            redis_cli(port, &["PING"]) == "PONG"
+        })
+        .await;
+        server
+    }
+}
+
+impl Drop for OwnRedis {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    sorted[((sorted.len() - 1) as f64 * p) as usize]
+}
+
+/// Redis stopped mid-run: every replica decides alone, no call waits on
+/// Redis, and the replicas follow their fleet again once Redis is back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs redis-server on the PATH"]
+async fn with_redis_stopped_replicas_decide_alone_and_rejoin() {
+    const PORT: u16 = 6391;
+    const OWN_URL: &str = "redis://127.0.0.1:6391/";
+    let mut server = Some(OwnRedis::start(PORT).await);
+    let service = Service::new("outage", PORT);
+    let config = config(OWN_URL).with_cooldown(Duration::from_secs(5));
+    let fleet = replicas(&service, 3, config);
+    let local = CircuitBreaker::new("user", config.without_sharing()).unwrap();
+    for b in &fleet {
+        outcome(b, Outcome::Success).unwrap();
+    }
+    until("all joined", Duration::from_secs(3), || {
+        fleet.iter().all(|b| b.snapshot().fleet == Fleet::Joined)
+    })
+    .await;
+
+    drop(server.take());
+    let alone = until("all decide alone", Duration::from_secs(3), || {
+        fleet.iter().all(|b| b.snapshot().fleet == Fleet::Local)
+    })
+    .await;
+    eprintln!("all replicas decide alone {alone:?} after Redis was stopped");
+
+    // The call path with Redis dead, against an unshared breaker,
+    // interleaved, for a second of failing syncs.
+    let (mut shared, mut unshared) = (Vec::new(), Vec::new());
+    let end = Instant::now() + Duration::from_secs(1);
+    while Instant::now() < end {
+        for _ in 0..100 {
+            let start = std::time::Instant::now();
+            let _ = fleet[1].call(async { Ok::<_, Error>(()) }).await;
+            shared.push(start.elapsed());
+            let start = std::time::Instant::now();
+            let _ = local.call(async { Ok::<_, Error>(()) }).await;
+            unshared.push(start.elapsed());
+        }
+        sleep(Duration::from_millis(1)).await;
+    }
+    shared.sort();
+    unshared.sort();
+    let (p99s, p99u) = (percentile(&shared, 0.99), percentile(&unshared, 0.99));
+    let (maxs, maxu) = (*shared.last().unwrap(), *unshared.last().unwrap());
+    eprintln!(
+        "{} calls each, Redis dead: p99 shared {p99s:?} / unshared {p99u:?}, max shared {maxs:?} / unshared {maxu:?}",
+        shared.len()
+    );
+    assert!(
+        p99s <= p99u + Duration::from_millis(1),
+        "p99 {p99s:?} vs {p99u:?}"
+    );
+    // A call that waited on Redis would wait out a 250 ms connection or
+    // 500 ms response timeout.
+    assert!(maxs < Duration::from_millis(100), "max {maxs:?}");
+
+    // Deciding alone: replica 0 trips on its own counts, the others do not
+    // hear of it.
+    for _ in 0..10 {
+        let _ = outcome(fleet[0], Outcome::Failure);
+    }
+    assert_eq!(fleet[0].state(), State::Open);
+    sleep(3 * INTERVAL).await;
+    assert!(fleet[1..].iter().all(|b| b.state() == State::Closed));
+
+    // Redis back: the replicas rejoin, replica 0 publishes its opening,
+    // the others follow it.
+    let _server = OwnRedis::start(PORT).await;
+    let rejoined = until("all rejoin", Duration::from_secs(3), || {
+        fleet.iter().all(|b| b.snapshot().fleet == Fleet::Joined)
+    })
+    .await;
+    eprintln!("all replicas follow the fleet again {rejoined:?} after Redis restarted");
+    until(
+        "the others follow the opening",
+        3 * INTERVAL + SLACK,
+        || fleet.iter().all(|b| b.state() == State::Open),
+    )
+    .await;
+    drop(service);
+}
