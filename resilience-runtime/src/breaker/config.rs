@@ -50,7 +50,7 @@ pub struct SlowCall {
 /// # Example
 ///
 /// ```
-/// use resilience_runtime::breaker::{BreakerConfig, Sharing};
+/// use resilience::breaker::{BreakerConfig, Sharing};
 /// use std::time::Duration;
 ///
 /// const USER: BreakerConfig = BreakerConfig::critical().with_sharing(

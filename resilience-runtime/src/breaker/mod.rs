@@ -98,15 +98,15 @@
 //! only. Shared breakers need a time window.
 //!
 //! ```no_run
-//! use resilience_runtime::breaker::{BreakerConfig, Sharing};
-//! use resilience_runtime::registry::Registry;
+//! use resilience::breaker::{BreakerConfig, Sharing};
+//! use resilience::registry::Registry;
 //!
 //! let registry = Registry::builder()
 //!     .service("checkout")
 //!     .breaker("user", BreakerConfig::critical().with_sharing(Sharing::redis("redis://127.0.0.1:6379/")))
 //!     .build()?;
 //! # drop(registry);
-//! # Ok::<(), resilience_runtime::ConfigError>(())
+//! # Ok::<(), resilience::ConfigError>(())
 //! ```
 //!
 //! # Cost
