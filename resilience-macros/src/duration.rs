@@ -56,7 +56,11 @@ pub(crate) fn parse(text: &str) -> Result<Duration, String> {
         if scale == 0 {
             return Err(format!("\"{text}\" is more precise than a nanosecond"));
         }
-        nanos += u128::from(digit - b'0') * scale;
+        // Checked: a whole part just below the limit plus its fraction
+        // must be refused, not wrapped to a small value.
+        nanos = nanos
+            .checked_add(u128::from(digit - b'0') * scale)
+            .ok_or_else(too_long)?;
     }
     let secs = u64::try_from(nanos / 1_000_000_000).map_err(|_| too_long())?;
     // The remainder is below 10^9 and fits.
@@ -104,6 +108,7 @@ mod tests {
             ("750µs", Duration::from_micros(750)),
             ("10ns", Duration::from_nanos(10)),
             ("0s", Duration::ZERO),
+            ("18446744073709551615.999999999s", Duration::MAX),
         ];
         for (text, expected) in cases {
             assert_eq!(parse(text), Ok(expected), "{text}");
@@ -124,6 +129,12 @@ mod tests {
             ("-1s", "starts with a number"),
             ("0.0000000001s", "more precise than a nanosecond"),
             ("99999999999999999999999999999999999999999h", "too long"),
+            // Found by fuzzing: the whole part fits u128 nanoseconds, the
+            // fraction pushed it over and the sum wrapped (a panic in a
+            // debug build, 231.788543ms / 2168.2s in a release build).
+            ("340282366920938463463374607431.999999999s", "too long"),
+            ("94522879700260684295381835.999999999999h", "too long"),
+            ("18446744073709551616s", "too long"),
         ] {
             let err = parse(text).unwrap_err();
             assert!(err.contains(needle), "{text}: {err}");

@@ -160,6 +160,11 @@ pub(crate) fn breaker(args: &BreakerArgs, errors: &mut Errors) {
             errors.push(half_open.error(
                 "`half_open = 0` admits no probe, so an open breaker could never close again\n  = help: the default is 1 probe",
             ));
+        } else if half_open.get() > u32::from(u16::MAX) {
+            errors.push(half_open.error(format!(
+                "`half_open = {}` is more than the limit of 65535 probes: the probe counter holds no more, so the breaker could never close again\n  = help: the default is 1 probe; a few (1 to 10) are enough to see a dependency recover",
+                half_open.get()
+            )));
         }
     }
     let floors = [

@@ -320,8 +320,8 @@ async fn a_malformed_key_is_refused_naming_the_problem() {
     let long = "k".repeat(256);
     for (key, names) in [
         ("two words", "\\\"two words\\\""),
-        ("", "1 to 255 characters"),
-        (long.as_str(), "1 to 255 characters"),
+        ("", "1 to 255 visible ASCII characters"),
+        (long.as_str(), "256 bytes long"),
     ] {
         let reply = h.send(post_req("/payments", key, "{}")).await;
         reply.assert_error(400, "invalid_idempotency_key");
@@ -344,6 +344,27 @@ async fn a_malformed_key_is_refused_naming_the_problem() {
     let reply = h.send(twice).await;
     reply.assert_error(400, "invalid_idempotency_key");
     assert!(reply.body.contains("more than once"), "{}", reply.body);
+    assert_eq!(h.calls(), 0);
+}
+
+#[tokio::test]
+async fn a_huge_key_is_not_echoed_back_in_full() {
+    // Found by fuzzing: the 400 body repeated a 10 KB key in full.
+    let h = Harness::new();
+    let huge = "k".repeat(10_000);
+    let reply = h.send(post_req("/payments", &huge, "{}")).await;
+    reply.assert_error(400, "invalid_idempotency_key");
+    assert!(reply.body.contains("10000 bytes"), "{}", reply.body);
+    assert!(reply.body.len() < 1_000, "{} bytes", reply.body.len());
+
+    let huge_not_ascii = Request::post("/payments")
+        .header("Idempotency-Key", "é".repeat(5_000).as_bytes())
+        .body(Body::empty())
+        .unwrap();
+    let reply = h.send(huge_not_ascii).await;
+    reply.assert_error(400, "invalid_idempotency_key");
+    assert!(reply.body.contains("not visible ASCII"), "{}", reply.body);
+    assert!(reply.body.len() < 1_000, "{} bytes", reply.body.len());
     assert_eq!(h.calls(), 0);
 }
 

@@ -369,6 +369,16 @@ impl BreakerConfig {
                 "half-open needs at least one probe, or the breaker could never close again",
             ));
         }
+        if self.half_open > u32::from(u16::MAX) {
+            // The probe counter is 16 bits: more probes could never all
+            // succeed and the breaker would stay half-open for good.
+            return Err(ConfigError::new(
+                WHAT,
+                "half_open",
+                self.half_open,
+                "the limit is 65535 probes (what the probe counter holds); the default is 1",
+            ));
+        }
         if let Some(slow) = self.slow_call {
             if slow.threshold.is_zero() {
                 return Err(ConfigError::new(

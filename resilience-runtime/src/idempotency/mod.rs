@@ -73,21 +73,34 @@ impl IdempotencyKey {
     /// visible ASCII characters, since it travels in an HTTP header.
     pub fn from_string(key: impl AsRef<str>) -> Result<Self, ConfigError> {
         let key = key.as_ref();
-        if key.is_empty() || key.len() > MAX_KEY_LEN {
+        if key.is_empty() {
             return Err(ConfigError::new(
                 "idempotency key",
                 "key",
-                format!("{key:?}"),
-                format!("a key has 1 to {MAX_KEY_LEN} characters"),
+                "\"\"",
+                format!("a key has 1 to {MAX_KEY_LEN} visible ASCII characters"),
             ));
         }
+        // The characters first: a non-ASCII key is refused for what it is,
+        // not as "too long" because its UTF-8 bytes outnumber its characters.
         if let Some(bad) = key.chars().find(|c| !c.is_ascii_graphic()) {
             return Err(ConfigError::new(
                 "idempotency key",
                 "key",
-                format!("{key:?}"),
+                shown(key),
                 format!(
                     "{bad:?} cannot travel in an HTTP header; use visible ASCII only (no spaces)"
+                ),
+            ));
+        }
+        if key.len() > MAX_KEY_LEN {
+            return Err(ConfigError::new(
+                "idempotency key",
+                "key",
+                shown(key),
+                format!(
+                    "the key is {} bytes long; a key has 1 to {MAX_KEY_LEN} visible ASCII characters (one byte each)",
+                    key.len()
                 ),
             ));
         }
@@ -107,6 +120,19 @@ impl IdempotencyKey {
 }
 
 const HEX: &[u8; 16] = b"0123456789abcdef";
+
+/// The most of a refused key that an error repeats: a 10 KB header is not
+/// echoed back in full (into a 400 body or a log line).
+pub(crate) const SHOWN_KEY_CHARS: usize = 64;
+
+/// `key` quoted for an error message, cut to [`SHOWN_KEY_CHARS`] characters
+/// with its full length in bytes when longer.
+pub(crate) fn shown(key: &str) -> String {
+    match key.char_indices().nth(SHOWN_KEY_CHARS) {
+        None => format!("{key:?}"),
+        Some((end, _)) => format!("{:?}… ({} bytes)", &key[..end], key.len()),
+    }
+}
 
 impl Default for IdempotencyKey {
     fn default() -> Self {
@@ -166,6 +192,13 @@ mod tests {
             let err = IdempotencyKey::from_string(bad).unwrap_err();
             assert_eq!(err.field(), "key", "{bad:?}");
         }
+        // Found by fuzzing: 200 "é" are 200 characters but 400 bytes, and
+        // were refused as "too long"; they are refused as not ASCII.
+        let err = IdempotencyKey::from_string("é".repeat(200)).unwrap_err();
+        assert!(err.to_string().contains("visible ASCII only"), "{err}");
+        let err = IdempotencyKey::from_string("x".repeat(300)).unwrap_err();
+        assert!(err.to_string().contains("300 bytes"), "{err}");
+        assert!(err.value().len() < 100, "{}", err.value());
         let err = "two words".parse::<IdempotencyKey>().unwrap_err();
         assert!(err.to_string().contains("\"two words\""), "{err}");
         assert_eq!(

@@ -75,6 +75,7 @@ struct RetrySection {
     jitter: Option<f64>,
     max_elapsed: Option<String>,
     attempt_timeout: Option<String>,
+    max_retry_after: Option<String>,
 }
 
 impl FileConfig {
@@ -255,12 +256,21 @@ impl RetrySection {
         if let Some(timeout) = &self.attempt_timeout {
             b = b.with_attempt_timeout(duration("attempt_timeout", timeout)?);
         }
+        if let Some(max) = &self.max_retry_after {
+            b = b.with_max_retry_after(duration("max_retry_after", max)?);
+        }
         Ok(b)
     }
 }
 
 /// Parses `"250ms"`, `"1.5s"`, `"2m"`: a number and one of the units `ns`,
 /// `us`, `ms`, `s`, `m`, `h`.
+///
+/// Exact: the number is read as a decimal in integer nanoseconds with
+/// checked arithmetic (no float), so `"0.1s"` is exactly 100 ms and a value
+/// that does not fit a `Duration` is refused with the text named, never
+/// wrapped or rounded to another value. The same rules as the attributes'
+/// durations.
 pub(crate) fn duration(key: &'static str, text: &str) -> Result<Duration, ConfigError> {
     let bad = |reason: &str| {
         ConfigError::new(
@@ -277,17 +287,37 @@ pub(crate) fn duration(key: &'static str, text: &str) -> Result<Duration, Config
         .find(|c: char| !(c.is_ascii_digit() || c == '.'))
         .ok_or_else(|| bad("no unit"))?;
     let (number, unit) = text_trimmed.split_at(split);
-    let number: f64 = number.parse().map_err(|_| bad("not a number"))?;
-    let unit_secs = match unit.trim() {
-        "ns" => 1e-9,
-        "us" | "µs" => 1e-6,
-        "ms" => 1e-3,
-        "s" => 1.0,
-        "m" | "min" => 60.0,
-        "h" => 3600.0,
+    let nanos_per_unit: u128 = match unit.trim() {
+        "ns" => 1,
+        "us" | "µs" => 1_000,
+        "ms" => 1_000_000,
+        "s" => 1_000_000_000,
+        "m" | "min" => 60_000_000_000,
+        "h" => 3_600_000_000_000,
         _ => return Err(bad("unknown unit")),
     };
-    Duration::try_from_secs_f64(number * unit_secs).map_err(|_| bad("out of range"))
+    let (whole, fraction) = number.split_once('.').unwrap_or((number, ""));
+    if whole.is_empty() || fraction.contains('.') || (number.contains('.') && fraction.is_empty()) {
+        return Err(bad("not a number"));
+    }
+    let too_long = || bad("too long: the largest duration is 18446744073709551615.999999999s");
+    // Leading zeros do not count towards the size of the number.
+    let whole: u128 = whole.parse().map_err(|_| too_long())?;
+    let mut nanos = whole.checked_mul(nanos_per_unit).ok_or_else(too_long)?;
+    let mut scale = nanos_per_unit;
+    for digit in fraction.bytes() {
+        scale /= 10;
+        if scale == 0 {
+            return Err(bad("more precise than a nanosecond"));
+        }
+        nanos = nanos
+            .checked_add(u128::from(digit - b'0') * scale)
+            .ok_or_else(too_long)?;
+    }
+    let secs = u64::try_from(nanos / 1_000_000_000).map_err(|_| too_long())?;
+    // The remainder is below 10^9 and fits.
+    let subsec = (nanos % 1_000_000_000) as u32;
+    Ok(Duration::new(secs, subsec))
 }
 
 /// A TOML or schema error, naming the file, the line's key and its value.
@@ -330,6 +360,37 @@ mod tests {
             let err = duration("window", bad).unwrap_err();
             assert_eq!(err.field(), "window");
             assert_eq!(err.value(), format!("{bad:?}"));
+        }
+    }
+
+    #[test]
+    fn durations_are_exact() {
+        // A float read 0.1s as 100000000.0000000055ns and 1e-9-scale sums
+        // drifted; integer arithmetic gives the written value.
+        assert_eq!(duration("k", "0.1s").unwrap(), Duration::from_millis(100));
+        assert_eq!(duration("k", "1.000000001s").unwrap(), Duration::new(1, 1));
+        assert_eq!(duration("k", "2.5m").unwrap(), Duration::from_secs(150));
+        assert_eq!(duration("k", "1.5ns").unwrap_err().field(), "k");
+        assert_eq!(
+            duration("k", "18446744073709551615.999999999s").unwrap(),
+            Duration::MAX
+        );
+    }
+
+    #[test]
+    fn a_duration_that_does_not_fit_is_refused_with_its_text() {
+        // Found by fuzzing the attribute's parser (same rules here).
+        for text in [
+            "340282366920938463463374607431.999999999s",
+            "94522879700260684295381835.999999999999h",
+            "18446744073709551616s",
+            "99999999999999999999999999999999999999999h",
+            "5124095576030432h",
+        ] {
+            let err = duration("cooldown", text).unwrap_err();
+            assert_eq!(err.field(), "cooldown");
+            assert_eq!(err.value(), format!("{text:?}"));
+            assert!(err.to_string().contains("too long"), "{text}: {err}");
         }
     }
 }

@@ -399,7 +399,9 @@ impl<R: RngCore, P: Borrow<Policy>, S: Slot> Attempts<R, P, S> {
                 .delay(retry, self.previous_delay, &mut self.rng);
         self.previous_delay = delay;
         if let Verdict::RetryAfter(asked) = verdict {
-            delay = delay.max(asked);
+            // A server-directed pause is bounded by the policy's maximum;
+            // the budget check below bounds it by what is left as well.
+            delay = delay.max(asked.min(self.policy().max_retry_after()));
         }
         let budget_left = self
             .policy()

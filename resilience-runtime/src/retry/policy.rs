@@ -40,6 +40,8 @@ pub struct Policy {
     // In nanoseconds, as in `Backoff`: every chain carries its policy.
     max_elapsed: u64,
     attempt_timeout: Option<NonZeroU64>,
+    // In nanoseconds: the longest pause a server's `Retry-After` may ask for.
+    max_retry_after: u64,
 }
 
 impl Default for Policy {
@@ -89,6 +91,7 @@ impl Policy {
             max_attempts: self.max_attempts,
             max_elapsed: self.max_elapsed(),
             attempt_timeout: self.attempt_timeout(),
+            max_retry_after: self.max_retry_after(),
         }
     }
 
@@ -105,6 +108,23 @@ impl Policy {
     /// The cap on the whole chain: attempts and pauses together.
     pub const fn max_elapsed(&self) -> Duration {
         Duration::from_nanos(self.max_elapsed)
+    }
+
+    /// The longest pause a server's `Retry-After` (a
+    /// [`Verdict::RetryAfter`](super::Verdict::RetryAfter)) may ask for:
+    /// a longer hint is cut to it (and never exceeds what is left of
+    /// [`max_elapsed`](Self::max_elapsed) either: a chain whose pause would
+    /// not end before the budget gives up instead of sleeping). 60 s unless
+    /// set with [`PolicyBuilder::with_max_retry_after`].
+    ///
+    /// ```
+    /// use resilience::retry::Policy;
+    /// use std::time::Duration;
+    ///
+    /// assert_eq!(Policy::http().max_retry_after(), Duration::from_secs(60));
+    /// ```
+    pub const fn max_retry_after(&self) -> Duration {
+        Duration::from_nanos(self.max_retry_after)
     }
 
     /// The cap on one attempt, if any. The caller's deadline shortens it
@@ -132,7 +152,11 @@ pub struct PolicyBuilder {
     max_attempts: u32,
     max_elapsed: Duration,
     attempt_timeout: Option<Duration>,
+    max_retry_after: Duration,
 }
+
+/// The default of [`PolicyBuilder::with_max_retry_after`].
+const MAX_RETRY_AFTER: Duration = Duration::from_secs(60);
 
 impl Default for PolicyBuilder {
     fn default() -> Self {
@@ -148,6 +172,7 @@ impl PolicyBuilder {
             max_attempts: 3,
             max_elapsed: Duration::from_secs(5),
             attempt_timeout: None,
+            max_retry_after: MAX_RETRY_AFTER,
         }
     }
 
@@ -158,6 +183,7 @@ impl PolicyBuilder {
             max_attempts: 6,
             max_elapsed: Duration::from_secs(120),
             attempt_timeout: None,
+            max_retry_after: MAX_RETRY_AFTER,
         }
     }
 
@@ -168,6 +194,7 @@ impl PolicyBuilder {
             max_attempts: 3,
             max_elapsed: Duration::from_secs(5),
             attempt_timeout: None,
+            max_retry_after: MAX_RETRY_AFTER,
         }
     }
 
@@ -180,6 +207,26 @@ impl PolicyBuilder {
     /// The cap on the whole chain.
     pub const fn with_max_elapsed(mut self, max_elapsed: Duration) -> Self {
         self.max_elapsed = max_elapsed;
+        self
+    }
+
+    /// The longest pause a server's `Retry-After` may ask for (60 s by
+    /// default): a longer hint, a misconfigured or hostile server's
+    /// `Retry-After: 18446744073709551615`, is cut to this. `Duration::ZERO`
+    /// ignores the hints and keeps the computed backoff.
+    ///
+    /// ```
+    /// use resilience::retry::Policy;
+    /// use std::time::Duration;
+    ///
+    /// let policy = Policy::builder()
+    ///     .with_max_retry_after(Duration::from_secs(10))
+    ///     .build()?;
+    /// assert_eq!(policy.max_retry_after(), Duration::from_secs(10));
+    /// # Ok::<(), resilience::ConfigError>(())
+    /// ```
+    pub const fn with_max_retry_after(mut self, max_retry_after: Duration) -> Self {
+        self.max_retry_after = max_retry_after;
         self
     }
 
@@ -286,6 +333,7 @@ impl PolicyBuilder {
             max_attempts: self.max_attempts,
             max_elapsed: duration_nanos(self.max_elapsed),
             attempt_timeout,
+            max_retry_after: duration_nanos(self.max_retry_after),
         }
     }
 }

@@ -31,8 +31,39 @@ pub fn parse_retry_after(value: &str, now: SystemTime) -> Option<Duration> {
         // A number too large for u64 is not a delay anyone can honour.
         return value.parse::<u64>().ok().map(Duration::from_secs);
     }
-    let at = httpdate::parse_http_date(value).ok()?;
-    Some(at.duration_since(now).unwrap_or(Duration::ZERO))
+    match httpdate::parse_http_date(value) {
+        Ok(at) => Some(at.duration_since(now).unwrap_or(Duration::ZERO)),
+        // A valid date before 1970 is in the past too: "now".
+        Err(_) if is_date_before_1970(value) => Some(Duration::ZERO),
+        Err(_) => None,
+    }
+}
+
+/// Whether `value` is a well-formed HTTP-date in a year before 1970, which
+/// the `httpdate` parser refuses (it stops at the Unix epoch). The
+/// Gregorian calendar repeats every 400 years, weekdays included, so the
+/// same date 400·n years later is valid exactly when this one is.
+fn is_date_before_1970(value: &str) -> bool {
+    let Some((start, year)) = value
+        .split(' ')
+        .scan(0, |at, token| {
+            let start = *at;
+            *at += token.len() + 1;
+            Some((start, token))
+        })
+        .find(|(_, token)| token.len() == 4 && token.bytes().all(|b| b.is_ascii_digit()))
+    else {
+        return false;
+    };
+    let Ok(year) = year.parse::<u32>() else {
+        return false;
+    };
+    if year >= 1970 {
+        return false;
+    }
+    let later = year + 400 * (1970 - year).div_ceil(400);
+    let shifted = format!("{}{later}{}", &value[..start], &value[start + 4..]);
+    httpdate::parse_http_date(&shifted).is_ok()
 }
 
 /// A value that may hold a `Retry-After` delay: what a field marked
@@ -116,6 +147,33 @@ mod tests {
             parse_retry_after("Wed, 21 Oct 2015 07:00:00 GMT", now()),
             Some(Duration::ZERO)
         );
+    }
+
+    #[test]
+    fn dates_before_1970_mean_now() {
+        // Found by fuzzing: a valid HTTP-date before the Unix epoch was
+        // ignored (None) instead of meaning "come back now".
+        for past in [
+            "Thu, 01 Jan 1970 00:00:00 GMT",
+            "Wed, 31 Dec 1969 23:59:59 GMT",
+            "Mon, 01 Jan 1900 00:00:00 GMT",
+            "Sat, 01 Jan 0000 00:00:00 GMT",
+            "Wed Dec 31 23:59:59 1969",
+        ] {
+            assert_eq!(
+                parse_retry_after(past, now()),
+                Some(Duration::ZERO),
+                "{past}"
+            );
+        }
+        // Still well-formed only: a wrong weekday or a 30 February is garbage.
+        for bad in [
+            "Thu, 31 Dec 1969 23:59:59 GMT",
+            "Mon, 30 Feb 1900 00:00:00 GMT",
+            "Wed, 31 Dec 1969 24:00:00 GMT",
+        ] {
+            assert_eq!(parse_retry_after(bad, now()), None, "{bad}");
+        }
     }
 
     #[test]

@@ -249,7 +249,8 @@ fn key_of(headers: &HeaderMap) -> Result<IdempotencyKey, Rejection> {
     }
     let text = value.to_str().map_err(|_| {
         Rejection::InvalidKey(format!(
-            "{value:?} is not visible ASCII; use 1 to {} visible ASCII characters",
+            "{} is not visible ASCII; use 1 to {} visible ASCII characters",
+            crate::idempotency::shown(&String::from_utf8_lossy(value.as_bytes())),
             crate::idempotency::MAX_KEY_LEN
         ))
     })?;

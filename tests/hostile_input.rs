@@ -1,0 +1,163 @@
+//! Hostile input found by fuzzing (see RELIABILITY.md, "Hostile input"):
+//! each case here failed on the code before its fix.
+#![deny(warnings)]
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use resilience::registry::Registry;
+use resilience::retry::{Classify, Event, Policy, Verdict};
+
+#[derive(Debug)]
+enum Throttled {
+    /// The server said `Retry-After: <duration>`.
+    Asked(Duration),
+    /// The executor's own error (a timeout, an open breaker).
+    Runtime(#[allow(dead_code)] resilience::Error),
+}
+
+impl Classify for Throttled {
+    fn classify(&self) -> Verdict {
+        match self {
+            Throttled::Asked(after) => Verdict::RetryAfter(*after),
+            Throttled::Runtime(_) => Verdict::Permanent,
+        }
+    }
+}
+
+impl From<resilience::Error> for Throttled {
+    fn from(err: resilience::Error) -> Self {
+        Throttled::Runtime(err)
+    }
+}
+
+/// Runs a chain whose first attempt is told `Retry-After: asked`, and
+/// returns the pause the executor took before the second attempt.
+async fn pause_after(policy: Policy, asked: Duration) -> Result<Duration, Throttled> {
+    let calls = AtomicU32::new(0);
+    let mut delays = Vec::new();
+    let started = tokio::time::Instant::now();
+    policy
+        .retry(|| async {
+            match calls.fetch_add(1, Ordering::SeqCst) {
+                0 => Err(Throttled::Asked(asked)),
+                _ => Ok(()),
+            }
+        })
+        .notify(|event: &Event<'_, Throttled>| {
+            if let Event::Retry { delay, .. } = event {
+                delays.push(*delay);
+            }
+        })
+        .await?;
+    assert_eq!(calls.load(Ordering::SeqCst), 2);
+    assert_eq!(delays.len(), 1);
+    // The pause taken is the one announced.
+    assert_eq!(started.elapsed(), delays[0]);
+    Ok(delays[0])
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_huge_retry_after_is_cut_to_the_policys_maximum() {
+    // No budget to speak of: before the fix the executor slept
+    // 18446744073 s (the hint, bounded only by what max_elapsed holds).
+    let policy = Policy::builder()
+        .with_max_elapsed(Duration::MAX)
+        .build()
+        .unwrap();
+    let asked = Duration::from_secs(u64::MAX);
+    assert_eq!(
+        pause_after(policy, asked).await.unwrap(),
+        Duration::from_secs(60)
+    );
+
+    let policy = Policy::builder()
+        .with_max_elapsed(Duration::from_secs(3600))
+        .with_max_retry_after(Duration::from_secs(5))
+        .build()
+        .unwrap();
+    assert_eq!(
+        pause_after(policy, Duration::from_secs(18_446_725_547))
+            .await
+            .unwrap(),
+        Duration::from_secs(5)
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_retry_after_within_the_maximum_is_honoured() {
+    let policy = Policy::builder()
+        .with_max_elapsed(Duration::from_secs(600))
+        .build()
+        .unwrap();
+    assert_eq!(
+        pause_after(policy, Duration::from_secs(42)).await.unwrap(),
+        Duration::from_secs(42)
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_retry_after_beyond_the_budget_left_gives_up_without_sleeping() {
+    // 60 s is within the maximum, but not within the 5 s budget.
+    let started = tokio::time::Instant::now();
+    let err = pause_after(Policy::http(), Duration::from_secs(60))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, Throttled::Asked(d) if d == Duration::from_secs(60)),
+        "{err:?}"
+    );
+    assert_eq!(started.elapsed(), Duration::ZERO);
+}
+
+#[test]
+fn half_open_beyond_the_probe_counter_is_refused() {
+    let err = Registry::builder()
+        .config_str("[breakers.user]\nhalf_open = 70000\n", "resilience.toml")
+        .unwrap_err();
+    assert_eq!(err.field(), "half_open");
+    assert_eq!(err.value(), "70000");
+    assert!(err.to_string().contains("65535"), "{err}");
+    // The limit itself is fine.
+    Registry::builder()
+        .config_str("[breakers.user]\nhalf_open = 65535\n", "resilience.toml")
+        .unwrap()
+        .build()
+        .unwrap();
+}
+
+#[test]
+fn a_toml_duration_that_does_not_fit_is_refused_with_its_text() {
+    for text in [
+        "340282366920938463463374607431.999999999s",
+        "94522879700260684295381835.999999999999h",
+        "18446744073709551616s",
+    ] {
+        let toml = format!("[breakers.user]\ncooldown = \"{text}\"\n");
+        let err = Registry::builder()
+            .config_str(&toml, "resilience.toml")
+            .unwrap_err();
+        assert_eq!(err.field(), "cooldown", "{text}");
+        assert!(err.to_string().contains(text), "{text}: {err}");
+        assert!(err.to_string().contains("too long"), "{text}: {err}");
+    }
+}
+
+#[test]
+fn max_retry_after_is_read_from_the_toml_file() {
+    Registry::builder()
+        .config_str(
+            "[retry.user]\nmax_retry_after = \"10s\"\n",
+            "resilience.toml",
+        )
+        .unwrap()
+        .build()
+        .unwrap();
+    let err = Registry::builder()
+        .config_str(
+            "[retry.user]\nmax_retry_after = \"ten\"\n",
+            "resilience.toml",
+        )
+        .unwrap_err();
+    assert_eq!(err.field(), "max_retry_after");
+}
