@@ -28,7 +28,7 @@
 //! min = 10                    # at least 10 calls in the window …
 //! ratio = 0.3                 # … of which 30 % failed: trip
 //! window = "60s"              # or `window_calls = 100`
-//! half_open = 1
+//! half_open = 1               # probes to close again, 1 to 65535
 //! slow_call = "2s"            # optional, with `slow_ratio`
 //! slow_ratio = 0.8
 //! # shared = "redis://127.0.0.1:6379/"   # feature `breaker-redis`: one breaker
@@ -42,6 +42,7 @@
 //! jitter = 0.25
 //! max_elapsed = "5s"
 //! attempt_timeout = "800ms"
+//! max_retry_after = "60s"     # the longest `Retry-After` pause honoured
 //! ```
 //!
 //! Unknown keys, wrong types and out-of-range values are errors naming the
