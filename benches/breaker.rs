@@ -240,5 +240,47 @@ fn memory(_: &mut Criterion) {
     });
 }
 
-criterion_group!(benches, single_thread, contended, memory);
+/// The closed path with sharing on (following its fleet through the
+/// Redis at 127.0.0.1:6379, syncing every second) beside the same breaker
+/// unshared, in one run: `cargo bench --bench breaker --features
+/// breaker-redis -- "closed, shared"`.
+#[cfg(feature = "breaker-redis")]
+fn shared(c: &mut Criterion) {
+    use resilience::breaker::{Fleet, Sharing};
+    // The sync task's Redis connection needs the runtime's IO driver.
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let _guard = rt.enter();
+    let config = BreakerConfig::new();
+    let local = CircuitBreaker::new("bench-local", config).unwrap();
+    let shared = CircuitBreaker::new(
+        "bench-shared",
+        config.with_sharing(Sharing::redis("redis://127.0.0.1:6379/")),
+    )
+    .unwrap();
+    let _ = poll_once(local.call(get_user(1)));
+    let _ = poll_once(shared.call(get_user(1)));
+    let start = std::time::Instant::now();
+    while shared.snapshot().fleet != Fleet::Joined && start.elapsed() < Duration::from_secs(3) {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    println!("shared breaker: {}", shared.snapshot().fleet.as_str());
+
+    let mut group = c.benchmark_group("breaker");
+    group.bench_function("closed, shared: off", |b| {
+        b.iter(|| poll_once(local.call(get_user(black_box(7)))).is_ok())
+    });
+    group.bench_function("closed, shared: on", |b| {
+        b.iter(|| poll_once(shared.call(get_user(black_box(7)))).is_ok())
+    });
+    group.finish();
+}
+
+#[cfg(not(feature = "breaker-redis"))]
+fn shared(_: &mut Criterion) {}
+
+criterion_group!(benches, single_thread, contended, memory, shared);
 criterion_main!(benches);

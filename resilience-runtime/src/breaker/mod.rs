@@ -95,7 +95,10 @@
 //! [`Snapshot::fleet`] tells which of the two a breaker does now. An
 //! operator's [`force_open`](CircuitBreaker::force_open) or
 //! [`force_closed`](CircuitBreaker::force_closed) applies to that replica
-//! only. Shared breakers need a time window.
+//! only. Shared breakers need a time window, and a Tokio runtime with its
+//! IO driver (`enable_all`, as `#[tokio::main]` builds): the sync task
+//! starts with the breaker's first call inside the runtime; without the
+//! IO driver it cannot connect and the breaker decides alone.
 //!
 //! ```no_run
 //! use resilience::breaker::{BreakerConfig, Sharing};
