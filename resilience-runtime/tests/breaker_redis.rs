@@ -1,5 +1,6 @@
 //! A breaker shared by five replicas (five registries) through the real
-//! Redis at 127.0.0.1:6379. Ignored by default; run with
+//! Redis at 127.0.0.1:6379, and three replicas in processes of their own.
+//! Ignored by default; run with
 //! `cargo test -p resilience-runtime --features breaker-redis --test breaker_redis -- --ignored`.
 
 use std::process::Command;
@@ -284,4 +285,178 @@ async fn with_redis_stopped_replicas_decide_alone_and_rejoin() {
     )
     .await;
     drop(service);
+}
+
+/// The environment variable that makes [`replica_process`] a replica of
+/// the service it names; unset, that test has nothing to do.
+const REPLICA_ENV: &str = "RESILIENCE_TEST_REPLICA_OF";
+
+/// Three real processes, each with its own registry and its own sync
+/// task: failures recorded by two of them, each under `min` alone, open
+/// the breaker in all three, and each rejects within one sync interval
+/// of the opening published in Redis.
+///
+/// Each replica is this test binary again, running [`replica_process`],
+/// driven by lines on its stdin and answering with `replica: …` lines.
+#[test]
+#[ignore = "needs Redis at 127.0.0.1:6379"]
+fn three_processes_trip_together_on_the_fleets_totals() {
+    use std::io::{BufRead, BufReader, Write};
+    use std::process::{Child, Stdio};
+    use std::sync::mpsc;
+
+    struct Replica {
+        child: Child,
+        answers: mpsc::Receiver<String>,
+    }
+    impl Replica {
+        fn tell(&mut self, line: &str) {
+            let stdin = self.child.stdin.as_mut().expect("piped stdin");
+            writeln!(stdin, "{line}").expect("the replica reads its stdin");
+        }
+        fn answer(&self) -> String {
+            self.answers
+                .recv_timeout(Duration::from_secs(10))
+                .expect("the replica answers within 10 s")
+        }
+    }
+    impl Drop for Replica {
+        fn drop(&mut self) {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+
+    let service = Service::new("procs", 6379);
+    let mut fleet: Vec<Replica> = (0..3)
+        .map(|_| {
+            let mut child = Command::new(std::env::current_exe().expect("the test binary"))
+                .args(["replica_process", "--exact", "--ignored", "--nocapture"])
+                .env(REPLICA_ENV, &service.0)
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .spawn()
+                .expect("the test binary starts again");
+            let stdout = child.stdout.take().expect("piped stdout");
+            let (tx, answers) = mpsc::channel();
+            std::thread::spawn(move || {
+                for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                    if let Some(answer) = line.strip_prefix("replica: ") {
+                        if tx.send(answer.to_owned()).is_err() {
+                            break;
+                        }
+                    }
+                }
+            });
+            Replica { child, answers }
+        })
+        .collect();
+    for replica in &fleet {
+        assert_eq!(replica.answer(), "joined");
+    }
+
+    // 6 failures in replica 0: under `min` (10) for it and for the fleet.
+    fleet[0].tell("fail 6");
+    assert_eq!(fleet[0].answer(), "closed");
+    std::thread::sleep(3 * INTERVAL);
+    assert_eq!(redis_cli(6379, &["EXISTS", &service.key("open")]), "0");
+    for replica in &mut fleet {
+        replica.tell("state");
+        assert_eq!(replica.answer(), "closed", "no replica opens under min");
+    }
+
+    // 6 more in replica 1, under `min` alone: the fleet has 12 failures.
+    fleet[1].tell("fail 6");
+    assert_eq!(fleet[1].answer(), "closed", "no local trip");
+    let start = std::time::Instant::now();
+    while redis_cli(6379, &["EXISTS", &service.key("open")]) != "1" {
+        assert!(
+            start.elapsed() < 2 * INTERVAL + SLACK,
+            "the fleet did not open"
+        );
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    for replica in &mut fleet {
+        replica.tell("until-rejected");
+    }
+    for (i, replica) in fleet.iter().enumerate() {
+        let answer = replica.answer();
+        let waited: u64 = answer
+            .strip_prefix("rejected after ")
+            .and_then(|ms| ms.strip_suffix(" ms"))
+            .and_then(|ms| ms.parse().ok())
+            .unwrap_or_else(|| panic!("replica {i}: {answer}"));
+        eprintln!("replica {i} rejected {waited} ms after the opening was seen in Redis");
+        assert!(
+            Duration::from_millis(waited) <= INTERVAL + SLACK,
+            "replica {i} took {waited} ms"
+        );
+    }
+    for replica in &mut fleet {
+        replica.tell("quit");
+    }
+    for replica in &mut fleet {
+        let status = replica.child.wait().expect("the replica exits");
+        assert!(status.success(), "a replica failed: {status}");
+    }
+    drop(service);
+}
+
+/// One replica of [`three_processes_trip_together_on_the_fleets_totals`],
+/// in a process of its own; does nothing unless that test started it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a replica process, started by three_processes_trip_together_on_the_fleets_totals"]
+async fn replica_process() {
+    let Ok(service) = std::env::var(REPLICA_ENV) else {
+        return;
+    };
+    let registry = Registry::builder()
+        .service(service)
+        .breaker("user", config(URL))
+        .build()
+        .expect("a valid config");
+    let breaker = registry.breaker("user", config(URL));
+    outcome(breaker, Outcome::Success).unwrap();
+    until("joined", Duration::from_secs(3), || {
+        breaker.snapshot().fleet == Fleet::Joined
+    })
+    .await;
+    println!("replica: joined");
+    let state = |b: &CircuitBreaker| match b.state() {
+        State::Closed => "closed",
+        State::Open => "open",
+        State::HalfOpen => "half-open",
+    };
+    loop {
+        let line = tokio::task::spawn_blocking(|| {
+            let mut line = String::new();
+            std::io::stdin().read_line(&mut line).map(|_| line)
+        })
+        .await
+        .unwrap()
+        .expect("stdin");
+        let command = line.trim();
+        if let Some(n) = command.strip_prefix("fail ") {
+            for _ in 0..n.parse::<u32>().expect("a count") {
+                outcome(breaker, Outcome::Failure).expect("admitted while closed");
+            }
+            println!("replica: {}", state(breaker));
+        } else if command == "state" {
+            println!("replica: {}", state(breaker));
+        } else if command == "until-rejected" {
+            let start = Instant::now();
+            while breaker.try_acquire().is_ok() && start.elapsed() < Duration::from_secs(5) {
+                sleep(Duration::from_millis(1)).await;
+            }
+            if breaker.try_acquire().is_err() {
+                println!("replica: rejected after {} ms", start.elapsed().as_millis());
+            } else {
+                println!("replica: still admitting after 5 s");
+            }
+        } else if command == "quit" || command.is_empty() {
+            return;
+        } else {
+            panic!("unknown command {command:?}");
+        }
+    }
 }
