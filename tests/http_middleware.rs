@@ -8,7 +8,7 @@ use common::{FaultServer, PAYMENTS, Reply};
 use reqwest_middleware::{ClientBuilder, ClientWithMiddleware};
 use resilience::IdempotencyKey;
 use resilience::breaker::{BreakerConfig, CircuitBreaker, State};
-use resilience::http::{HttpError, ResilienceMiddleware};
+use resilience::http::{HttpError, ResilienceMiddleware, RetryOverride};
 use resilience::registry::Registry;
 use resilience::retry::Policy;
 
@@ -88,35 +88,113 @@ async fn a_post_keeps_its_key_and_body_across_attempts() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn unsafe_requests_are_refused_before_they_are_sent() {
+async fn a_keyless_post_and_a_streaming_body_are_sent_exactly_once() {
     let server = FaultServer::start().await.unwrap();
+    server.always(PAYMENTS, Reply::Status(503));
+    server.always("/blob", Reply::Status(503));
     let client = client(Policy::http());
 
-    let err = client
+    // Without a key a retry could charge twice: one attempt, and the
+    // caller gets the server's answer as it is.
+    let response = client
         .post(server.url(PAYMENTS))
         .body("amount=10")
         .send()
         .await
-        .unwrap_err();
-    let reqwest_middleware::Error::Middleware(err) = err else {
-        panic!("{err:?}")
-    };
-    assert!(
-        matches!(
-            err.downcast_ref::<HttpError>(),
-            Some(HttpError::MissingIdempotencyKey { .. })
-        ),
-        "{err:?}"
-    );
+        .unwrap();
+    assert_eq!(response.status().as_u16(), 503);
+    let log = server.requests_to(PAYMENTS);
+    assert_eq!(log.len(), 1);
+    assert_eq!(&log[0].body[..], b"amount=10");
+    assert_eq!(log[0].idempotency_key, None);
 
-    let err = client
+    // A stream is consumed by the first attempt.
+    let response = client
         .put(server.url("/blob"))
         .body(reqwest::Body::wrap(String::from("streamed")))
         .send()
         .await
-        .unwrap_err();
-    assert!(err.to_string().contains("is a stream"), "{err}");
-    assert!(server.requests().is_empty());
+        .unwrap();
+    assert_eq!(response.status().as_u16(), 503);
+    let log = server.requests_to("/blob");
+    assert_eq!(log.len(), 1);
+    assert_eq!(&log[0].body[..], b"streamed");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_keyless_post_still_goes_through_the_breaker() {
+    let server = FaultServer::start().await.unwrap();
+    server.always(PAYMENTS, Reply::Status(503));
+    let breaker = CircuitBreaker::new(
+        "payments",
+        BreakerConfig::new()
+            .with_min_requests(2)
+            .with_failure_ratio(0.5),
+    )
+    .unwrap();
+    let client = ClientBuilder::new(reqwest::Client::new())
+        .with(ResilienceMiddleware::new("payments", Policy::http()).with_breaker(breaker.clone()))
+        .build();
+    for _ in 0..2 {
+        let response = client.post(server.url(PAYMENTS)).send().await.unwrap();
+        assert_eq!(response.status().as_u16(), 503);
+    }
+    assert_eq!(server.requests_to(PAYMENTS).len(), 2);
+    assert_eq!(breaker.state(), State::Open);
+
+    let err = client.post(server.url(PAYMENTS)).send().await.unwrap_err();
+    let reqwest_middleware::Error::Middleware(err) = err else {
+        panic!("{err:?}")
+    };
+    assert!(
+        err.downcast_ref::<HttpError>()
+            .unwrap()
+            .is_dependency_down()
+    );
+    assert_eq!(server.requests_to(PAYMENTS).len(), 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_request_can_override_the_layer() {
+    let server = FaultServer::start().await.unwrap();
+    server.script_statuses("/user", &[502, 200]);
+    server.script_statuses("/reports", &[502, 502, 200]);
+    let client = client(Policy::http());
+
+    // Never: a GET the policy would retry goes out once.
+    let response = client
+        .get(server.url("/user"))
+        .with_extension(RetryOverride::Never)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status().as_u16(), 502);
+    assert_eq!(server.requests_to("/user").len(), 1);
+
+    // Idempotent: a keyless POST the caller vouches for is retried.
+    let response = client
+        .post(server.url("/reports"))
+        .body("query")
+        .with_extension(RetryOverride::Idempotent)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status().as_u16(), 200);
+    let log = server.requests_to("/reports");
+    assert_eq!(log.len(), 3);
+    assert!(log.iter().all(|r| &r.body[..] == b"query"));
+
+    // Idempotent cannot make a stream replayable: still once.
+    server.always("/blob", Reply::Status(503));
+    let response = client
+        .post(server.url("/blob"))
+        .body(reqwest::Body::wrap(String::from("streamed")))
+        .with_extension(RetryOverride::Idempotent)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status().as_u16(), 503);
+    assert_eq!(server.requests_to("/blob").len(), 1);
 }
 
 #[tokio::test(start_paused = true)]

@@ -128,7 +128,10 @@ pub enum HttpError {
     },
     /// A `POST` or `PATCH` was to be retried without an `Idempotency-Key`
     /// header (the guide's rules on [idempotency](crate::guide#idempotency-first-retry-second)): a retry could run it twice. Refused before the
-    /// first attempt; permanent.
+    /// first attempt by [`RequestBuilderExt::with_policy`](super::RequestBuilderExt::with_policy)
+    /// and [`ReplayableRequest::new`](super::ReplayableRequest::new), which
+    /// are asked to retry; permanent. The client-wide middleware sends such
+    /// a request once instead.
     #[error(
         "`{method} {url}` would be retried without an `Idempotency-Key` header; \
          add one with `.idempotency_key(&IdempotencyKey::new())`, the same for every attempt"

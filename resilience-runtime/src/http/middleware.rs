@@ -34,9 +34,13 @@ use crate::retry::{Classify, Event, Policy, PolicyBuilder, Reason, Verdict};
 /// retry those too, read the body inside the attempt
 /// ([`RetriedRequest::bytes`](super::RetriedRequest::bytes) or `#[retry]`).
 ///
-/// Refused before the first attempt, as a
-/// [`reqwest_middleware::Error::Middleware`] holding an [`HttpError`]: a
-/// streaming body, and a `POST` or `PATCH` without `Idempotency-Key`.
+/// Sent exactly once, never retried, with the breaker still applied: a
+/// `POST` or `PATCH` without an `Idempotency-Key` header (a retry could
+/// apply it twice: either a key, or no retry), a streaming body (the
+/// first attempt consumes it), and a request marked
+/// [`RetryOverride::Never`]. A DEBUG event on target `resilience::http`
+/// says which request went out once and why; the request itself is sent
+/// as it would be without the layer.
 ///
 /// ```no_run
 /// use resilience::{BreakerConfig, CircuitBreaker, Policy};
@@ -105,6 +109,67 @@ impl ResilienceMiddleware {
     /// The retry policy applied to each request.
     pub fn policy(&self) -> &Policy {
         &self.policy
+    }
+}
+
+/// What one request asks of a [`ResilienceMiddleware`], set on the request
+/// with `reqwest_middleware::RequestBuilder::with_extension`.
+///
+/// ```no_run
+/// use resilience::http::{ResilienceMiddleware, RetryOverride};
+/// use resilience::Policy;
+///
+/// # async fn demo() -> Result<(), reqwest_middleware::Error> {
+/// let client = reqwest_middleware::ClientBuilder::new(reqwest::Client::new())
+///     .with(ResilienceMiddleware::new("search", Policy::http()))
+///     .build();
+/// // A search that the user will repeat anyway: one attempt only.
+/// let page = client
+///     .get("http://127.0.0.1:8080/search?q=boots")
+///     .with_extension(RetryOverride::Never)
+///     .send()
+///     .await?;
+/// // A POST the server treats as a query (no side effects): retried
+/// // like a GET although it carries no Idempotency-Key.
+/// let report = client
+///     .post("http://127.0.0.1:8080/reports/query")
+///     .body("{\"from\":\"2026-11-01\"}")
+///     .with_extension(RetryOverride::Idempotent)
+///     .send()
+///     .await?;
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum RetryOverride {
+    /// Send this request once, whatever the policy allows; the breaker
+    /// still counts it.
+    Never,
+    /// This `POST` or `PATCH` has no side effect a second copy could
+    /// repeat (a query sent as a POST, an upsert keyed by its body), so
+    /// it may be retried without an `Idempotency-Key`. Only the caller
+    /// knows this; a wrong claim can apply a request twice. A streaming
+    /// body is still sent once.
+    Idempotent,
+}
+
+/// Why `request` goes out once under a policy that allows retries, or
+/// `None` when it may be retried.
+fn sent_once_because(request: &Request, asked: Option<RetryOverride>) -> Option<&'static str> {
+    if asked == Some(RetryOverride::Never) {
+        return Some("marked RetryOverride::Never");
+    }
+    match check_retryable(request) {
+        Ok(()) => None,
+        Err(HttpError::MissingIdempotencyKey { .. })
+            if asked == Some(RetryOverride::Idempotent) =>
+        {
+            None
+        }
+        Err(HttpError::MissingIdempotencyKey { .. }) => {
+            Some("no Idempotency-Key: a retried POST or PATCH could be applied twice")
+        }
+        Err(_) => Some("a streaming body cannot be sent again"),
     }
 }
 
@@ -183,15 +248,29 @@ impl Middleware for ResilienceMiddleware {
         extensions: &mut Extensions,
         next: Next<'_>,
     ) -> reqwest_middleware::Result<Response> {
-        if self.policy.max_attempts() <= 1 {
-            // One attempt: the request is sent as is, streaming body or not.
+        let name = self.name;
+        let once = if self.policy.max_attempts() <= 1 {
+            Some("the policy allows one attempt")
+        } else {
+            sent_once_because(&request, extensions.get::<RetryOverride>().copied())
+        };
+        if let Some(reason) = once {
+            if self.policy.max_attempts() > 1 {
+                tracing::debug!(
+                    target: "resilience::http",
+                    name,
+                    method = %request.method(),
+                    url = %request.url(),
+                    reason,
+                    "request sent once, not retried"
+                );
+            }
             let once = async { judge(next.run(request, extensions).await) };
             return settle(match &self.breaker {
                 Some(breaker) => breaker.call(once).await,
                 None => once.await,
             });
         }
-        check_retryable(&request).map_err(reqwest_middleware::Error::middleware)?;
         let name = self.name;
         let (template, shared) = (&request, &*extensions);
         let chain = self
@@ -200,7 +279,7 @@ impl Middleware for ResilienceMiddleware {
                 let next = next.clone();
                 async move {
                     let request = template.try_clone().ok_or_else(|| {
-                        // Checked by `check_retryable` above.
+                        // Checked by `sent_once_because` above.
                         Attempt::Middleware(reqwest_middleware::Error::middleware(
                             HttpError::BodyNotReplayable {
                                 method: template.method().clone(),

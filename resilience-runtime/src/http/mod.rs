@@ -48,5 +48,5 @@ mod request;
 pub use classify::{classify_response, retry_after};
 pub use error::{HttpError, StatusError};
 #[cfg(feature = "reqwest-middleware")]
-pub use middleware::ResilienceMiddleware;
+pub use middleware::{ResilienceMiddleware, RetryOverride};
 pub use request::{ReplayableRequest, RequestBuilderExt, ResponseExt, RetriedRequest};
