@@ -18,6 +18,21 @@ fn client(policy: Policy) -> ClientWithMiddleware {
         .build()
 }
 
+/// A client whose layer has a breaker that opens after 2 failed requests.
+fn behind_a_breaker(name: &'static str) -> (CircuitBreaker, ClientWithMiddleware) {
+    let breaker = CircuitBreaker::new(
+        name,
+        BreakerConfig::new()
+            .with_min_requests(2)
+            .with_failure_ratio(0.5),
+    )
+    .unwrap();
+    let client = ClientBuilder::new(reqwest::Client::new())
+        .with(ResilienceMiddleware::new(name, Policy::http()).with_breaker(breaker.clone()))
+        .build();
+    (breaker, client)
+}
+
 #[tokio::test(start_paused = true)]
 async fn every_request_of_the_client_is_retried() {
     let server = FaultServer::start().await.unwrap();
@@ -125,16 +140,7 @@ async fn a_keyless_post_and_a_streaming_body_are_sent_exactly_once() {
 async fn a_keyless_post_still_goes_through_the_breaker() {
     let server = FaultServer::start().await.unwrap();
     server.always(PAYMENTS, Reply::Status(503));
-    let breaker = CircuitBreaker::new(
-        "payments",
-        BreakerConfig::new()
-            .with_min_requests(2)
-            .with_failure_ratio(0.5),
-    )
-    .unwrap();
-    let client = ClientBuilder::new(reqwest::Client::new())
-        .with(ResilienceMiddleware::new("payments", Policy::http()).with_breaker(breaker.clone()))
-        .build();
+    let (breaker, client) = behind_a_breaker("payments");
     for _ in 0..2 {
         let response = client.post(server.url(PAYMENTS)).send().await.unwrap();
         assert_eq!(response.status().as_u16(), 503);
@@ -201,16 +207,7 @@ async fn a_request_can_override_the_layer() {
 async fn an_open_breaker_rejects_requests_without_sending_them() {
     let server = FaultServer::start().await.unwrap();
     server.always("/user", Reply::Status(503));
-    let breaker = CircuitBreaker::new(
-        "users",
-        BreakerConfig::new()
-            .with_min_requests(2)
-            .with_failure_ratio(0.5),
-    )
-    .unwrap();
-    let client = ClientBuilder::new(reqwest::Client::new())
-        .with(ResilienceMiddleware::new("users", Policy::http()).with_breaker(breaker.clone()))
-        .build();
+    let (breaker, client) = behind_a_breaker("users");
 
     // Two requests, three attempts each: the breaker counts two failures.
     for _ in 0..2 {
