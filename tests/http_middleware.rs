@@ -18,6 +18,22 @@ fn client(policy: Policy) -> ClientWithMiddleware {
         .build()
 }
 
+/// Sends "streamed" to `url` as a body that cannot be sent twice.
+async fn streamed(
+    client: &ClientWithMiddleware,
+    method: reqwest::Method,
+    url: String,
+    asked: Option<RetryOverride>,
+) -> reqwest::Response {
+    let mut request = client
+        .request(method, url)
+        .body(reqwest::Body::wrap(String::from("streamed")));
+    if let Some(asked) = asked {
+        request = request.with_extension(asked);
+    }
+    request.send().await.unwrap()
+}
+
 /// A client whose layer has a breaker that opens after 2 failed requests.
 fn behind_a_breaker(name: &'static str) -> (CircuitBreaker, ClientWithMiddleware) {
     let breaker = CircuitBreaker::new(
@@ -124,12 +140,7 @@ async fn a_keyless_post_and_a_streaming_body_are_sent_exactly_once() {
     assert_eq!(log[0].idempotency_key, None);
 
     // A stream is consumed by the first attempt.
-    let response = client
-        .put(server.url("/blob"))
-        .body(reqwest::Body::wrap(String::from("streamed")))
-        .send()
-        .await
-        .unwrap();
+    let response = streamed(&client, reqwest::Method::PUT, server.url("/blob"), None).await;
     assert_eq!(response.status().as_u16(), 503);
     let log = server.requests_to("/blob");
     assert_eq!(log.len(), 1);
@@ -192,13 +203,13 @@ async fn a_request_can_override_the_layer() {
 
     // Idempotent cannot make a stream replayable: still once.
     server.always("/blob", Reply::Status(503));
-    let response = client
-        .post(server.url("/blob"))
-        .body(reqwest::Body::wrap(String::from("streamed")))
-        .with_extension(RetryOverride::Idempotent)
-        .send()
-        .await
-        .unwrap();
+    let response = streamed(
+        &client,
+        reqwest::Method::POST,
+        server.url("/blob"),
+        Some(RetryOverride::Idempotent),
+    )
+    .await;
     assert_eq!(response.status().as_u16(), 503);
     assert_eq!(server.requests_to("/blob").len(), 1);
 }
@@ -236,12 +247,7 @@ async fn a_single_attempt_sends_even_a_streaming_body() {
     let once = Policy::builder().with_max_attempts(1).build().unwrap();
     let client = client(once);
 
-    let response = client
-        .put(server.url("/blob"))
-        .body(reqwest::Body::wrap(String::from("streamed")))
-        .send()
-        .await
-        .unwrap();
+    let response = streamed(&client, reqwest::Method::PUT, server.url("/blob"), None).await;
 
     assert_eq!(response.status().as_u16(), 200);
     assert_eq!(&server.requests_to("/blob")[0].body[..], b"streamed");
