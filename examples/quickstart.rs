@@ -9,7 +9,9 @@
 //! 3. a POST carrying one `Idempotency-Key` across its attempts, deduplicated
 //!    by the server;
 //! 4. the dependency going down: the breaker trips, calls fail at once as
-//!    "dependency down", and a stale cached value, marked stale, is served;
+//!    "dependency down", and the `fallback =` fn serves the last good
+//!    value, marked stale (`resilience::fallback`), which becomes the
+//!    `X-From-Cache: stale` header of an axum response;
 //! 5. recovery: after the cooldown a half-open probe closes the breaker.
 //!
 //! `tests/quickstart.rs` runs [`run`] on a paused clock and checks the
@@ -18,15 +20,16 @@
 #[path = "common/mod.rs"]
 mod common;
 
-use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use axum::response::IntoResponse as _;
 use common::{FaultServer, PAYMENTS, Reply};
 use resilience::breaker::{CircuitBreaker, State};
+use resilience::fallback::{LastGood, MaybeStale};
 use resilience::http::{HttpError, RequestBuilderExt, ResponseExt};
-use resilience::{IdempotencyKey, circuit_breaker, registry, retry};
+use resilience::{DependencyDown, Error, IdempotencyKey, circuit_breaker, registry, retry};
 use tokio::time::Instant;
 
 /// What the demo printed, and its figures.
@@ -101,17 +104,18 @@ struct Client {
     /// next attempt.
     last_response: Mutex<Option<Instant>>,
     /// Last good value per user, for the stale fallback.
-    cache: Mutex<HashMap<u64, String>>,
+    last_good: LastGood<u64, String>,
 }
 
 impl Client {
     // Caller → breaker → retry → transport (see `resilience::guide`): the breaker counts
     // one logical call, however many attempts the retries make, and when
     // it is open no attempt runs. The body runs again, whole, on every
-    // attempt.
-    #[circuit_breaker(name = "users", min = 4, ratio = 0.5, cooldown = "2s")]
+    // attempt. When the call fails after its retries, or the breaker is
+    // open, `stale_user` answers instead (a 400 is an answer: it stands).
+    #[circuit_breaker(name = "users", min = 4, ratio = 0.5, cooldown = "2s", fallback = Self::stale_user)]
     #[retry(max = 3, initial = "100ms")]
-    async fn get_user(&self, id: u64) -> Result<String, HttpError> {
+    async fn get_user(&self, id: u64) -> Result<MaybeStale<String>, HttpError> {
         self.sent("GET", &format!("/users/{id}"));
         let response = self
             .http
@@ -119,7 +123,19 @@ impl Client {
             .send()
             .await?;
         self.received(&response);
-        Ok(response.check().await?.text().await?)
+        let user = response.check().await?.text().await?;
+        // Kept as the last good value, returned fresh.
+        Ok(self.last_good.fresh(id, user))
+    }
+
+    /// The fallback of [`get_user`](Self::get_user): the last good value,
+    /// marked stale (never an unmarked stub: see `resilience::guide`). The
+    /// macro logs it at WARN and counts it as
+    /// `http_client_fallbacks_total{kind="stale"}`.
+    async fn stale_user(&self, id: u64) -> Result<MaybeStale<String>, HttpError> {
+        self.last_good
+            .stale(&id)
+            .ok_or_else(|| Error::from(DependencyDown::new("users", "unavailable")).into())
     }
 
     // A POST may be retried only with an idempotency key (see `resilience::guide`): the
@@ -152,13 +168,10 @@ impl Client {
         }
     }
 
-    /// One logical call of [`get_user`](Self::get_user), keeping the last
-    /// good value for the stale fallback.
-    async fn fetch_user(&self, id: u64) -> Result<String, HttpError> {
+    /// One logical call of [`get_user`](Self::get_user).
+    async fn fetch_user(&self, id: u64) -> Result<MaybeStale<String>, HttpError> {
         self.new_call();
-        let user = self.get_user(id).await?;
-        self.cache.lock().unwrap().insert(id, user.clone());
-        Ok(user)
+        self.get_user(id).await
     }
 
     async fn pay(&self, key: &IdempotencyKey, cents: u32) -> Result<Receipt, HttpError> {
@@ -192,22 +205,21 @@ impl Client {
         self.timeline.at(line);
         *self.last_response.lock().unwrap() = Some(Instant::now());
     }
+}
 
-    /// The user, or the last good value marked stale when the dependency
-    /// is down (never an unmarked stub: see `resilience::guide`).
-    async fn get_user_or_stale(&self, id: u64) -> Result<(String, bool), HttpError> {
-        match self.fetch_user(id).await {
-            Ok(user) => Ok((user, false)),
-            Err(err) if err.is_dependency_down() => {
-                let cached = self.cache.lock().unwrap().get(&id).cloned();
-                match cached {
-                    Some(user) => Ok((user, true)),
-                    None => Err(err),
-                }
-            }
-            Err(err) => Err(err),
-        }
-    }
+/// The headers an axum handler returning `answer` would send, as
+/// `Name: value` pairs: the stale mark comes from the library.
+fn marks(answer: MaybeStale<String>) -> String {
+    let response = answer.into_response();
+    ["x-from-cache", "age"]
+        .iter()
+        .filter_map(|name| {
+            let value = response.headers().get(*name)?.to_str().ok()?;
+            let name = if *name == "age" { "Age" } else { "X-From-Cache" };
+            Some(format!("{name}: {value}"))
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 #[derive(Debug)]
@@ -237,7 +249,7 @@ pub async fn run(quiet: bool) -> Report {
         base: server.url(""),
         timeline: timeline.clone(),
         last_response: Mutex::new(None),
-        cache: Mutex::new(HashMap::new()),
+        last_good: LastGood::new("users"),
     };
     let t = &*timeline;
     let mut report = Report::default();
@@ -256,7 +268,8 @@ pub async fn run(quiet: bool) -> Report {
     report.calls += 1;
     match user {
         Ok(user) => t.at(format!(
-            "✓ user 42 = {user:?} after {} attempts",
+            "✓ user 42 = {:?} after {} attempts",
+            user.value(),
             server.requests().len() - before
         )),
         Err(err) => t.at(format!("✗ {err}")),
@@ -286,7 +299,7 @@ pub async fn run(quiet: bool) -> Report {
     let bad = client.fetch_user(0).await;
     report.calls += 1;
     match bad {
-        Ok(user) => t.at(format!("✗ unexpected success: {user}")),
+        Ok(user) => t.at(format!("✗ unexpected success: {user:?}")),
         Err(err) => t.at(format!(
             "✓ not retried ({} attempt): {}",
             server.requests().len() - before,
@@ -301,7 +314,8 @@ pub async fn run(quiet: bool) -> Report {
     report.calls += 1;
     match user {
         Ok(user) => t.at(format!(
-            "✓ user 7 = {user:?}, {:.1} s later: Retry-After honoured",
+            "✓ user 7 = {:?}, {:.1} s later: Retry-After honoured",
+            user.value(),
             started.elapsed().as_secs_f64()
         )),
         Err(err) => t.at(format!("✗ {err}")),
@@ -334,23 +348,33 @@ pub async fn run(quiet: bool) -> Report {
     server.body("/users/42", "Ada Lovelace (v2)");
     let mut failed_calls = Vec::new();
     for _ in 0..8 {
+        let open = users_breaker().state() == State::Open;
         let started = Instant::now();
-        let outcome = client.get_user_or_stale(42).await;
+        let outcome = client.fetch_user(42).await;
+        let took = started.elapsed();
         report.calls += 1;
         match outcome {
-            Ok((user, true)) => {
+            Ok(answer @ MaybeStale::Stale { .. }) if open => {
                 report.rejected += 1;
-                report.fast_fail = report.fast_fail.max(started.elapsed());
+                report.fast_fail = report.fast_fail.max(took);
+                let user = answer.value().clone();
                 t.at(format!(
-                    "↺ dependency down, failed fast in {} ms; serving stale {user:?} (X-From-Cache: stale)",
-                    started.elapsed().as_millis()
+                    "↺ dependency down, failed fast in {} ms; serving stale {user:?} ({})",
+                    took.as_millis(),
+                    marks(answer)
                 ));
             }
-            Ok((user, false)) => t.at(format!("✓ {user:?}")),
-            Err(err) => {
-                failed_calls.push(started.elapsed());
-                t.at(format!("✗ failed after the retries: {err}"));
+            Ok(answer @ MaybeStale::Stale { .. }) => {
+                failed_calls.push(took);
+                let user = answer.value().clone();
+                t.at(format!(
+                    "↺ failed after the retries in {} ms; serving stale {user:?} ({})",
+                    took.as_millis(),
+                    marks(answer)
+                ));
             }
+            Ok(MaybeStale::Fresh(user)) => t.at(format!("✓ {user:?}")),
+            Err(err) => t.at(format!("✗ no last good value: {err}")),
         }
     }
     if !failed_calls.is_empty() {
@@ -364,14 +388,14 @@ pub async fn run(quiet: bool) -> Report {
     server.always("/users/42", Reply::Ok);
     // The cooldown, and a little more: the breaker's clock ticks on its own.
     tokio::time::sleep(Duration::from_millis(2200)).await;
-    let outcome = client.get_user_or_stale(42).await;
+    let outcome = client.fetch_user(42).await;
     report.calls += 1;
     match outcome {
-        Ok((user, false)) => t.at(format!(
+        Ok(MaybeStale::Fresh(user)) => t.at(format!(
             "✓ probe succeeded: {user:?}; breaker `users` is {}",
             users_breaker().state().as_str()
         )),
-        Ok((user, true)) => t.at(format!("✗ still stale: {user:?}")),
+        Ok(MaybeStale::Stale { value, .. }) => t.at(format!("✗ still stale: {value:?}")),
         Err(err) => t.at(format!("✗ {err}")),
     }
 

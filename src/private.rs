@@ -779,7 +779,6 @@ where
                 reason = error.reason().map_or("unknown", |reason| reason.as_str()),
                 "call failed: the fallback answers"
             );
-            telemetry::fallback(Labels::of(site.name), Fallback::Function);
             Answer::Fallback
         }
         _ => Answer::Done(result),
@@ -796,9 +795,17 @@ pub fn rejected<R>(site: &'static BreakerSite, down: DependencyDown) -> Answer<R
         state = down.state(),
         "dependency down: the fallback answers"
     );
-    telemetry::fallback(Labels::of(site.name), Fallback::Function);
     Answer::Fallback
 }
+
+/// Counts the fallback fn's `answer` in `http_client_fallbacks_total`,
+/// by what it is (see [`FallbackKind`]), and logs it at WARN.
+#[inline]
+pub fn fell_back(site: &'static BreakerSite, kind: Fallback) {
+    telemetry::fallback(Labels::of(site.name), kind);
+}
+
+pub use resilience_runtime::fallback::FallbackKind;
 
 /// The verdict of a `#[classify(transient)]` variant: after its
 /// `retry_after` field's delay when it has one.

@@ -194,7 +194,16 @@ pub(crate) fn expand(plan: Plan<'_>) -> TokenStream {
                     };
                     match __resilience_outcome {
                         ::resilience::__private::Answer::Done(__resilience_result) => __resilience_result,
-                        ::resilience::__private::Answer::Fallback => #fallback(#(#forward),*).await,
+                        ::resilience::__private::Answer::Fallback => {
+                            let __resilience_answer = #fallback(#(#forward),*).await;
+                            // The answer's type says which fallback it is: a
+                            // value marked stale, a part marked unavailable.
+                            ::resilience::__private::fell_back(&__RESILIENCE_BREAKER, {
+                                use ::resilience::__private::FallbackKind as _;
+                                (&__resilience_answer).fallback_kind()
+                            });
+                            __resilience_answer
+                        }
                     }
                 }
             }

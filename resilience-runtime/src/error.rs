@@ -255,6 +255,27 @@ impl DependencyDown {
     pub const fn state(&self) -> &'static str {
         self.state
     }
+
+    /// How long until the breaker lets a probe through: what is left of
+    /// its cooldown, when the breaker named [`breaker`](Self::breaker) is
+    /// in the [global registry](crate::registry::global) (every
+    /// `#[circuit_breaker]`'s is) and open, not forced. `None` otherwise:
+    /// half-open, forced open, or a breaker built on its own.
+    ///
+    /// ```
+    /// use resilience::DependencyDown;
+    ///
+    /// // No breaker of that name was ever used: nothing known.
+    /// assert_eq!(DependencyDown::new("nowhere", "open").retry_after(), None);
+    /// ```
+    pub fn retry_after(&self) -> Option<Duration> {
+        crate::registry::global()
+            .breakers()
+            .into_iter()
+            .find(|breaker| breaker.name() == self.breaker)?
+            .snapshot()
+            .until_half_open
+    }
 }
 
 impl From<Error> for std::io::Error {

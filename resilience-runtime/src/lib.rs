@@ -10,6 +10,8 @@
 //! - [`deadline`]: the caller's deadline, scoped to a task;
 //! - [`consumer`]: background consumers that retry a message under the
 //!   `background` preset and hand a poison one to a dead-letter queue;
+//! - [`fallback`]: the guide's fallbacks as types: a value marked stale,
+//!   a part marked unavailable, a fail-fast 503 (feature `axum`);
 //! - [`idempotency`]: keys that make a retried POST safe;
 //! - [`telemetry`]: the metrics, spans and events of the [guide](crate::guide#metrics-and-alerts);
 //! - `http` (feature `reqwest`): the reqwest integration;
@@ -28,6 +30,7 @@ pub mod consumer;
 pub mod db;
 pub mod deadline;
 mod error;
+pub mod fallback;
 #[cfg(feature = "reqwest")]
 pub mod http;
 #[doc = include_str!("guide.md")]

@@ -191,8 +191,10 @@ pub enum Fallback {
     Partial,
     /// A fast, meaningful failure (a 503 to the caller).
     FailFast,
-    /// The fn named by `#[circuit_breaker(fallback = …)]`, which may be any
-    /// of the three: the macro cannot tell which.
+    /// The fn named by `#[circuit_breaker(fallback = …)]`, when its answer
+    /// is not a [`MaybeStale`](crate::fallback::MaybeStale) served stale or
+    /// a [`Part`](crate::fallback::Part) unavailable (those count as
+    /// [`Stale`](Self::Stale) and [`Partial`](Self::Partial)).
     Function,
 }
 
