@@ -215,7 +215,11 @@ fn marks(answer: MaybeStale<String>) -> String {
         .iter()
         .filter_map(|name| {
             let value = response.headers().get(*name)?.to_str().ok()?;
-            let name = if *name == "age" { "Age" } else { "X-From-Cache" };
+            let name = if *name == "age" {
+                "Age"
+            } else {
+                "X-From-Cache"
+            };
             Some(format!("{name}: {value}"))
         })
         .collect::<Vec<_>>()

@@ -2,6 +2,7 @@
 //! `fallback =` fn answering with a value marked stale or a part marked
 //! unavailable is counted by kind, and axum turns them (and a dependency
 //! that is down) into responses that say so.
+#![cfg(feature = "metrics")]
 
 mod macros_common;
 
@@ -102,7 +103,11 @@ async fn a_fallback_fn_answering_stale_is_counted_as_stale() {
     let text = handle.render();
     assert_eq!(fallbacks(&text, "fb-quotes", "stale"), Some(3.0), "{text}");
     // The one without a value to serve is the fallback fn's answer.
-    assert_eq!(fallbacks(&text, "fb-quotes", "fallback_fn"), Some(1.0), "{text}");
+    assert_eq!(
+        fallbacks(&text, "fb-quotes", "fallback_fn"),
+        Some(1.0),
+        "{text}"
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -198,5 +203,9 @@ async fn axum_marks_a_stale_answer_and_fails_fast_with_503_and_retry_after() {
 
     let text = handle.render();
     assert_eq!(fallbacks(&text, "fb-board", "stale"), Some(1.0), "{text}");
-    assert_eq!(fallbacks(&text, "fb-ledger", "fail_fast"), Some(1.0), "{text}");
+    assert_eq!(
+        fallbacks(&text, "fb-ledger", "fail_fast"),
+        Some(1.0),
+        "{text}"
+    );
 }

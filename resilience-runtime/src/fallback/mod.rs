@@ -61,7 +61,16 @@ mod stale;
 pub use partial::{Part, Unavailable};
 pub use stale::{LastGood, MaybeStale};
 
+use crate::retry::{Classify, Outcome, Reason};
 use crate::telemetry::Fallback;
+
+/// Whether `error` calls for a fallback: the dependency failed (a 5xx, a
+/// timeout, a network error) or a breaker rejected the call (which is no
+/// failure for the breaker, but no answer either). A 4xx is an answer and a
+/// cancelled call asked for nothing: neither falls back.
+fn falls_back<E: Classify>(error: &E) -> bool {
+    error.outcome() == Outcome::Failure || error.reason() == Some(Reason::CircuitOpen)
+}
 
 /// Which fallback a `fallback =` fn's answer is, for the macros'
 /// expansion: a [`MaybeStale`] answered stale is [`Fallback::Stale`], a
@@ -103,6 +112,8 @@ impl<R> FallbackKind for &R {
 mod tests {
     use super::*;
 
+    // `(&answer).fallback_kind()` is the form the macros expand to.
+    #[allow(clippy::needless_borrow)]
     #[test]
     fn the_kind_is_read_from_the_answer() {
         let stale: Result<MaybeStale<u8>, ()> = Ok(MaybeStale::stale(1, Default::default()));

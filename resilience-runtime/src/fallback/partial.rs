@@ -2,7 +2,8 @@
 
 use std::fmt;
 
-use crate::retry::{Classify, Outcome};
+use super::falls_back;
+use crate::retry::Classify;
 use crate::telemetry::{self, Fallback, Labels};
 
 /// One part of a response: there, or explicitly [`Unavailable`].
@@ -41,8 +42,9 @@ pub enum Part<T> {
 }
 
 impl<T> Part<T> {
-    /// The part from a call's `result`: a failure of the dependency (see
-    /// [`Outcome`]: a 5xx, a timeout, an open breaker) makes it
+    /// The part from a call's `result`: a failure of the dependency (an
+    /// error whose [`Outcome`](crate::Outcome) is a failure: a 5xx, a
+    /// timeout, a network error) or a rejection by its breaker makes it
     /// [`Unavailable`], logged at WARN and counted in
     /// `http_client_fallbacks_total{target=part, kind="partial"}`; any
     /// other error (the caller's mistake, a cancelled call) is returned,
@@ -50,7 +52,7 @@ impl<T> Part<T> {
     pub fn of<E: Classify>(part: &'static str, result: Result<T, E>) -> Result<Self, E> {
         match result {
             Ok(value) => Ok(Part::Available(value)),
-            Err(error) if error.outcome() == Outcome::Failure => {
+            Err(error) if falls_back(&error) => {
                 telemetry::fallback(Labels::of(part), Fallback::Partial);
                 Ok(Part::Unavailable(Unavailable::new(part)))
             }
@@ -134,12 +136,18 @@ mod tests {
 
     #[test]
     fn a_failure_makes_the_part_unavailable_and_a_4xx_stands() {
-        assert_eq!(Part::of("recs", Ok::<_, HttpStatus>(3)), Ok(Part::Available(3)));
+        assert_eq!(
+            Part::of("recs", Ok::<_, HttpStatus>(3)),
+            Ok(Part::Available(3))
+        );
         assert_eq!(
             Part::<u8>::of("recs", Err(HttpStatus(502))),
             Ok(Part::unavailable("recs"))
         );
-        assert_eq!(Part::<u8>::of("recs", Err(HttpStatus(404))), Err(HttpStatus(404)));
+        assert_eq!(
+            Part::<u8>::of("recs", Err(HttpStatus(404))),
+            Err(HttpStatus(404))
+        );
     }
 
     #[test]
@@ -149,9 +157,18 @@ mod tests {
             name: &'static str,
             recs: Part<Vec<u8>>,
         }
-        let whole = Page { name: "a", recs: Part::Available(vec![1, 2]) };
-        let partial = Page { name: "a", recs: Part::unavailable("recs") };
-        assert_eq!(serde_json::to_string(&whole).unwrap(), r#"{"name":"a","recs":[1,2]}"#);
+        let whole = Page {
+            name: "a",
+            recs: Part::Available(vec![1, 2]),
+        };
+        let partial = Page {
+            name: "a",
+            recs: Part::unavailable("recs"),
+        };
+        assert_eq!(
+            serde_json::to_string(&whole).unwrap(),
+            r#"{"name":"a","recs":[1,2]}"#
+        );
         assert_eq!(
             serde_json::to_string(&partial).unwrap(),
             r#"{"name":"a","recs":{"unavailable":"recs"}}"#

@@ -8,7 +8,8 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::retry::{Classify, Outcome};
+use super::falls_back;
+use crate::retry::Classify;
 use crate::telemetry::{self, Fallback, Labels};
 
 /// A value that is either fresh from the dependency or the last good one,
@@ -99,8 +100,9 @@ impl<T> MaybeStale<T> {
 ///
 /// - by hand, [`or_stale`](Self::or_stale) takes a call's result: a
 ///   success is kept and returned fresh; a failure of the dependency (an
-///   error whose [`Outcome`] is a failure: a 5xx, a timeout, an open
-///   breaker; not a 4xx, which is an answer) is answered by the last good
+///   error whose [`Outcome`](crate::Outcome) is a failure: a 5xx, a
+///   timeout, a network error) or a rejection by its breaker (not a 4xx,
+///   which is an answer) is answered by the last good
 ///   value, logged at WARN and counted as `kind="stale"`;
 /// - with `#[circuit_breaker(fallback = …)]`, the protected fn returns
 ///   [`fresh`](Self::fresh) and the fallback fn returns
@@ -161,7 +163,9 @@ impl<K, T> LastGood<K, T> {
     fn entries(&self) -> std::sync::MutexGuard<'_, HashMap<K, (T, Instant)>> {
         // A panic while the map was held cannot leave an entry half
         // written (insert and get only), so the map is still good.
-        self.entries.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.entries
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 }
 
@@ -197,7 +201,7 @@ impl<K: Eq + Hash, T: Clone> LastGood<K, T> {
     pub fn or_stale<E: Classify>(&self, key: K, result: Result<T, E>) -> Result<MaybeStale<T>, E> {
         match result {
             Ok(value) => Ok(self.fresh(key, value)),
-            Err(error) if error.outcome() == Outcome::Failure => match self.stale(&key) {
+            Err(error) if falls_back(&error) => match self.stale(&key) {
                 Some(stale) => {
                     telemetry::fallback(Labels::of(self.target), Fallback::Stale);
                     Ok(stale)
@@ -227,16 +231,25 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_failure_is_answered_by_the_last_good_value_with_its_age() {
         let cache = LastGood::new("users");
-        assert_eq!(cache.or_stale(1, Ok::<_, HttpStatus>("a")), Ok(MaybeStale::Fresh("a")));
+        assert_eq!(
+            cache.or_stale(1, Ok::<_, HttpStatus>("a")),
+            Ok(MaybeStale::Fresh("a"))
+        );
         tokio::time::advance(Duration::from_secs(3)).await;
         assert_eq!(
             cache.or_stale(1, Err(HttpStatus(503))),
             Ok(MaybeStale::stale("a", Duration::from_secs(3)))
         );
         // A 4xx is an answer, not a failure: it stands.
-        assert_eq!(cache.or_stale(1, Err(HttpStatus(404))), Err(HttpStatus(404)));
+        assert_eq!(
+            cache.or_stale(1, Err(HttpStatus(404))),
+            Err(HttpStatus(404))
+        );
         // Another key has nothing to serve.
-        assert_eq!(cache.or_stale(2, Err(HttpStatus(503))), Err(HttpStatus(503)));
+        assert_eq!(
+            cache.or_stale(2, Err(HttpStatus(503))),
+            Err(HttpStatus(503))
+        );
     }
 
     #[tokio::test(start_paused = true)]
@@ -244,10 +257,16 @@ mod tests {
         let cache = LastGood::new("users").with_max_age(Duration::from_secs(60));
         let _ = cache.fresh("k", 1);
         tokio::time::advance(Duration::from_secs(60)).await;
-        assert_eq!(cache.stale(&"k"), Some(MaybeStale::stale(1, Duration::from_secs(60))));
+        assert_eq!(
+            cache.stale(&"k"),
+            Some(MaybeStale::stale(1, Duration::from_secs(60)))
+        );
         tokio::time::advance(Duration::from_secs(1)).await;
         assert_eq!(cache.stale(&"k"), None);
-        assert_eq!(cache.or_stale("k", Err(HttpStatus(502))), Err(HttpStatus(502)));
+        assert_eq!(
+            cache.or_stale("k", Err(HttpStatus(502))),
+            Err(HttpStatus(502))
+        );
     }
 
     #[test]
