@@ -3,6 +3,8 @@
 //!
 //! - [`retry`]: backoff with jitter, the classifier, the retry executor;
 //! - [`guide`]: the rules all of this enforces, and why;
+//! - [`clients_that_retry`]: clients with a retry loop of their own (the
+//!   AWS SDKs, `redis`), and how not to retry twice;
 //! - [`breaker`]: circuit breakers that stop calling a dependency that is
 //!   down;
 //! - [`registry`]: named breakers and retry policies, configured at startup
@@ -35,6 +37,8 @@ pub mod fallback;
 pub mod http;
 #[doc = include_str!("guide.md")]
 pub mod guide {}
+#[doc = include_str!("clients_that_retry.md")]
+pub mod clients_that_retry {}
 pub mod idempotency;
 #[cfg(any(feature = "idempotency-redis", feature = "breaker-redis"))]
 mod redis_link;
