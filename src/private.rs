@@ -18,7 +18,60 @@ use std::task::{Context, Poll, ready};
 
 use pin_project_lite::pin_project;
 use resilience_runtime::breaker::{BreakerConfig, CircuitBreaker, Permit};
-use resilience_runtime::registry;
+#[cfg(any(
+    target_os = "linux",
+    target_os = "android",
+    target_os = "macos",
+    target_os = "ios",
+    target_os = "windows",
+    target_os = "freebsd",
+    target_os = "openbsd",
+    target_os = "illumos",
+))]
+pub use resilience_runtime::registry::linkme;
+use resilience_runtime::registry::{self, Defaults, SiteDefaults};
+pub use resilience_runtime::registry::{SITES, Site};
+
+/// Adds the site `$site` to the registry's list, at link time: a `static`
+/// the linker gathers, so no call pays for it.
+#[cfg(any(
+    target_os = "linux",
+    target_os = "android",
+    target_os = "macos",
+    target_os = "ios",
+    target_os = "windows",
+    target_os = "freebsd",
+    target_os = "openbsd",
+    target_os = "illumos",
+))]
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __resilience_register_site {
+    ($entry:ident = $site:ident) => {
+        #[::resilience::__private::linkme::distributed_slice(::resilience::__private::SITES)]
+        #[linkme(crate = ::resilience::__private::linkme)]
+        static $entry: &'static dyn ::resilience::__private::Site = &$site;
+    };
+}
+
+/// No linker support: the site is not listed before it runs.
+#[cfg(not(any(
+    target_os = "linux",
+    target_os = "android",
+    target_os = "macos",
+    target_os = "ios",
+    target_os = "windows",
+    target_os = "freebsd",
+    target_os = "openbsd",
+    target_os = "illumos",
+)))]
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __resilience_register_site {
+    ($entry:ident = $site:ident) => {};
+}
+
+pub use crate::__resilience_register_site as register_site;
 pub use resilience_runtime::retry::FromRuntimeError;
 use resilience_runtime::retry::{
     AttemptTimer, Attempts, Classify, DefaultRng, Event, GiveUp, Next, Outcome, Policy,
@@ -35,6 +88,8 @@ pub struct RetrySite {
     /// `name` is `module::fn`, to which the type of the impl the fn is in
     /// is added when the call names it.
     default_name: bool,
+    /// The fn is a method: a default name gets its impl's type.
+    in_impl: bool,
     /// The breaker around the chain, whose name is the `target` of every
     /// series of the call.
     target: Option<&'static str>,
@@ -84,6 +139,7 @@ impl RetrySite {
         Self {
             name,
             default_name: false,
+            in_impl: false,
             target: None,
             defaults,
             resolved: OnceLock::new(),
@@ -95,6 +151,13 @@ impl RetrySite {
     /// `Orders::get` keep their own policies and series.
     pub const fn with_default_name(mut self) -> Self {
         self.default_name = true;
+        self
+    }
+
+    /// The same site, for a method: listed before its first call as
+    /// `module::fn`, named `module::Type::fn` once it runs.
+    pub const fn in_impl(mut self) -> Self {
+        self.in_impl = true;
         self
     }
 
@@ -139,6 +202,26 @@ impl RetrySite {
                 labels: Labels::new(registry.service(), self.target.unwrap_or(name)),
             }
         })
+    }
+}
+
+impl Site for RetrySite {
+    fn describe(&self) -> SiteDefaults {
+        SiteDefaults {
+            name: self.name,
+            in_impl: self.default_name && self.in_impl,
+            config: Defaults::Retry(self.defaults),
+        }
+    }
+}
+
+impl Site for BreakerSite {
+    fn describe(&self) -> SiteDefaults {
+        SiteDefaults {
+            name: self.name,
+            in_impl: false,
+            config: Defaults::Breaker(self.defaults),
+        }
     }
 }
 

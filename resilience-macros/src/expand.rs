@@ -106,6 +106,9 @@ pub(crate) fn expand(plan: Plan<'_>) -> TokenStream {
             let mut site = quote!(::resilience::__private::RetrySite::new(#name, #policy));
             if args.name.is_none() {
                 site.extend(quote!(.with_default_name()));
+                if sig.receiver().is_some() {
+                    site.extend(quote!(.in_impl()));
+                }
             }
             if let Some(breaker) = breaker.and_then(|b| b.name.as_ref()) {
                 let breaker = &breaker.value;
@@ -146,6 +149,7 @@ pub(crate) fn expand(plan: Plan<'_>) -> TokenStream {
             };
             quote! {
                 static __RESILIENCE_RETRY: ::resilience::__private::RetrySite = #site;
+                ::resilience::__private::register_site!(__RESILIENCE_RETRY_SITE = __RESILIENCE_RETRY);
                 let mut __resilience_chain = #chain;
                 loop {
                     let __resilience_attempt = #attempt;
@@ -172,6 +176,7 @@ pub(crate) fn expand(plan: Plan<'_>) -> TokenStream {
         let site = quote! {
             static __RESILIENCE_BREAKER: ::resilience::__private::BreakerSite =
                 ::resilience::__private::BreakerSite::new(#name, #config);
+            ::resilience::__private::register_site!(__RESILIENCE_BREAKER_SITE = __RESILIENCE_BREAKER);
         };
         let admit = quote!(::resilience::__private::admit(&__RESILIENCE_BREAKER));
         body = match &args.fallback {

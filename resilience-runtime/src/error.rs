@@ -310,6 +310,9 @@ pub struct ConfigError {
     field: Cow<'static, str>,
     value: String,
     reason: Cow<'static, str>,
+    /// The other errors found in the same check, so that one start shows
+    /// every mistake of a file.
+    others: Vec<ConfigError>,
 }
 
 impl ConfigError {
@@ -326,7 +329,29 @@ impl ConfigError {
             field: field.into(),
             value: value.to_string(),
             reason: reason.into(),
+            others: Vec::new(),
         }
+    }
+
+    /// One error for all of `errors` (the first, carrying the others), or
+    /// `None` when there are none.
+    pub fn combine(errors: impl IntoIterator<Item = ConfigError>) -> Option<ConfigError> {
+        let mut errors = errors.into_iter().flat_map(ConfigError::into_all);
+        let mut first = errors.next()?;
+        first.others.extend(errors);
+        Some(first)
+    }
+
+    /// Every error of the check, this one first.
+    pub fn errors(&self) -> impl Iterator<Item = &ConfigError> {
+        std::iter::once(self).chain(self.others.iter())
+    }
+
+    pub(crate) fn into_all(mut self) -> Vec<ConfigError> {
+        let others = std::mem::take(&mut self.others);
+        let mut all = vec![self];
+        all.extend(others.into_iter().flat_map(ConfigError::into_all));
+        all
     }
 
     /// Replaces what was being configured, e.g. `"retry policy `user`"` or
@@ -364,7 +389,11 @@ impl fmt::Display for ConfigError {
             f,
             "invalid {}: `{} = {}`: {}",
             self.subject, self.field, self.value, self.reason
-        )
+        )?;
+        for other in &self.others {
+            write!(f, "\n{other}")?;
+        }
+        Ok(())
     }
 }
 

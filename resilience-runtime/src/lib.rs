@@ -23,7 +23,9 @@
 //! Applications normally depend on the `resilience` facade crate, which
 //! re-exports this one together with the `#[retry]` and
 //! `#[circuit_breaker]` macros.
-#![forbid(unsafe_code)]
+// `deny`, not `forbid`: linkme's distributed slice (`registry::SITES`) is
+// the one place allowed to declare the linker sections it needs.
+#![deny(unsafe_code)]
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 
 pub mod breaker;

@@ -21,8 +21,28 @@ fn the_environment_names_the_file_of_the_global_registry() {
     // environment meanwhile.
     unsafe { std::env::set_var(CONFIG_ENV, &bad) };
     let err = Registry::builder().from_env().unwrap_err();
-    assert_eq!(err.subject(), format!("`{}` line 2", bad.display()));
+    assert_eq!(
+        err.subject(),
+        format!("`[breakers.user]` in `{}` line 2", bad.display())
+    );
     assert_eq!((err.field(), err.value()), ("min", "-3"));
+
+    // Without an installed registry, the first use of the global one
+    // refuses to run on the attributes' values: it panics with the file,
+    // the key and the value, at every use until the file is fixed.
+    for _ in 0..2 {
+        let panic = std::panic::catch_unwind(registry::global).unwrap_err();
+        let message = panic.downcast_ref::<String>().unwrap();
+        assert!(message.contains(CONFIG_ENV), "{message}");
+        assert!(message.contains(&bad.display().to_string()), "{message}");
+        assert!(message.contains("`min = -3`"), "{message}");
+    }
+    let missing = dir.join("missing.toml");
+    // SAFETY: as above.
+    unsafe { std::env::set_var(CONFIG_ENV, &missing) };
+    let panic = std::panic::catch_unwind(registry::global).unwrap_err();
+    let message = panic.downcast_ref::<String>().unwrap();
+    assert!(message.contains("cannot be read"), "{message}");
 
     // SAFETY: as above.
     unsafe { std::env::set_var(CONFIG_ENV, &good) };

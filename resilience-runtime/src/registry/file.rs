@@ -25,11 +25,13 @@ pub(super) struct FileConfig {
 struct Raw {
     service: Option<String>,
     #[serde(default)]
-    defaults: BreakerSection,
+    defaults: toml::Table,
+    // Tables first, each section read on its own after: one bad section
+    // must not hide the errors of the others.
     #[serde(default)]
-    breakers: HashMap<String, BreakerSection>,
+    breakers: toml::Table,
     #[serde(default)]
-    retry: HashMap<String, RetrySection>,
+    retry: toml::Table,
 }
 
 /// The keys of a `[breakers.<name>]` or `[defaults]` section: the names of
@@ -80,40 +82,77 @@ struct RetrySection {
 
 impl FileConfig {
     pub(super) fn parse(text: &str, origin: &str) -> Result<FileConfig, ConfigError> {
-        let mut raw: Raw = toml::from_str(text).map_err(|err| syntax_error(text, origin, &err))?;
-        raw.defaults.leak_url();
-        raw.breakers.values_mut().for_each(BreakerSection::leak_url);
-        let config = FileConfig {
-            origin: Some(origin.to_owned()),
-            service: raw.service,
-            defaults: raw.defaults,
-            breakers: raw.breakers,
-            retry: raw.retry,
+        let raw: Raw = toml::from_str(text).map_err(|err| syntax_error(text, origin, &err))?;
+        let mut errors = Vec::new();
+        let section = |name: String| format!("`{name}` in `{origin}`");
+        // A schema error names its key: the subject gets the key's line.
+        let at_line = |err: ConfigError, header: &str, table: &str, name: &str| {
+            err.into_all()
+                .into_iter()
+                .map(|err| {
+                    let subject = match key_line(text, table, name, err.field()) {
+                        Some(line) => format!("`{header}` in `{origin}` line {line}"),
+                        None => section(header.to_owned()),
+                    };
+                    err.with_subject(subject)
+                })
+                .collect::<Vec<_>>()
         };
-        // Check every section now, so that a broken file fails at startup.
-        let section = |name: &str| format!("`{name}` in `{origin}`");
-        config
-            .defaults
+        // Check every section now, so that a broken file fails at startup,
+        // with all of its mistakes.
+        let mut defaults = read_section::<BreakerSection>(raw.defaults)
+            .map_err(|err| errors.extend(at_line(err, "[defaults]", "defaults", "")))
+            .unwrap_or_default();
+        defaults.leak_url();
+        let base = match defaults
             .apply(BreakerConfig::new())
-            .and_then(|c| c.validate())
-            .map_err(|err| err.with_subject(section("[defaults]")))?;
-        for (name, breaker) in &config.breakers {
-            config
-                .defaults
-                .apply(BreakerConfig::new())
-                .and_then(|c| breaker.apply(c))
-                .and_then(|c| c.validate())
-                .map_err(|err| err.with_subject(section(&format!("[breakers.{name}]"))))?;
+            .and_then(|c| c.validate().map(|()| c))
+        {
+            Ok(base) => base,
+            Err(err) => {
+                errors.push(err.with_subject(section("[defaults]".into())));
+                BreakerConfig::new()
+            }
+        };
+        let mut breakers = HashMap::new();
+        for (name, value) in raw.breakers {
+            let header = format!("[breakers.{}]", super::toml_key(&name));
+            let subject = || section(header.clone());
+            let mut breaker = match read_table::<BreakerSection>(value) {
+                Ok(breaker) => breaker,
+                Err(err) => {
+                    errors.extend(at_line(err, &header, "breakers", &name));
+                    continue;
+                }
+            };
+            breaker.leak_url();
+            if let Err(err) = breaker.apply(base).and_then(|c| c.validate()) {
+                errors.push(err.with_subject(subject()));
+            }
+            breakers.insert(name, breaker);
         }
-        for (name, retry) in &config.retry {
-            retry
+        let mut retry = HashMap::new();
+        for (name, value) in raw.retry {
+            let header = format!("[retry.{}]", super::toml_key(&name));
+            let subject = || section(header.clone());
+            let policy = match read_table::<RetrySection>(value) {
+                Ok(policy) => policy,
+                Err(err) => {
+                    errors.extend(at_line(err, &header, "retry", &name));
+                    continue;
+                }
+            };
+            if let Err(err) = policy
                 .apply(PolicyBuilder::http())
                 .and_then(PolicyBuilder::build)
-                .map_err(|err| err.with_subject(section(&format!("[retry.{name}]"))))?;
+            {
+                errors.push(err.with_subject(subject()));
+            }
+            retry.insert(name, policy);
         }
-        if let Some(service) = &config.service {
+        if let Some(service) = &raw.service {
             if service.trim().is_empty() {
-                return Err(ConfigError::new(
+                errors.push(ConfigError::new(
                     format!("`{origin}`"),
                     "service",
                     "\"\"",
@@ -121,7 +160,26 @@ impl FileConfig {
                 ));
             }
         }
-        Ok(config)
+        if let Some(err) = ConfigError::combine(errors) {
+            return Err(err);
+        }
+        Ok(FileConfig {
+            origin: Some(origin.to_owned()),
+            service: raw.service,
+            defaults,
+            breakers,
+            retry,
+        })
+    }
+
+    /// The names of the `[breakers.*]` sections.
+    pub(super) fn breaker_names(&self) -> impl Iterator<Item = &str> {
+        self.breakers.keys().map(String::as_str)
+    }
+
+    /// The names of the `[retry.*]` sections.
+    pub(super) fn retry_names(&self) -> impl Iterator<Item = &str> {
+        self.retry.keys().map(String::as_str)
     }
 
     pub(super) fn origin(&self) -> Option<&str> {
@@ -318,6 +376,91 @@ pub(crate) fn duration(key: &'static str, text: &str) -> Result<Duration, Config
     // The remainder is below 10^9 and fits.
     let subsec = (nanos % 1_000_000_000) as u32;
     Ok(Duration::new(secs, subsec))
+}
+
+/// A section's table, or its schema errors (unknown keys, wrong types):
+/// each key is tried on its own, so that every bad key is named with its
+/// value.
+fn read_section<T: serde::de::DeserializeOwned>(table: toml::Table) -> Result<T, ConfigError> {
+    let keys = table.clone();
+    let whole = match table.try_into() {
+        Ok(section) => return Ok(section),
+        Err(err) => err,
+    };
+    let errors = keys.iter().filter_map(|(key, value)| {
+        let mut alone = toml::Table::new();
+        alone.insert(key.clone(), value.clone());
+        let err = alone.try_into::<T>().err()?;
+        Some(ConfigError::new(
+            "",
+            key.clone(),
+            show(value),
+            err.message().trim().to_owned(),
+        ))
+    });
+    Err(ConfigError::combine(errors).unwrap_or_else(|| schema_error(&whole, &keys)))
+}
+
+/// Like [`read_section`], for a value that must be a table.
+fn read_table<T: serde::de::DeserializeOwned>(value: toml::Value) -> Result<T, ConfigError> {
+    match value {
+        toml::Value::Table(table) => read_section(table),
+        other => Err(ConfigError::new(
+            "",
+            "section",
+            show(&other),
+            "a section is a table of keys, e.g. `[breakers.user]` then `min = 10`",
+        )),
+    }
+}
+
+/// The line of `key` in the section `[table.name]` (`[table]` when `name`
+/// is empty), for an error found after parsing.
+fn key_line(text: &str, table: &str, name: &str, key: &str) -> Option<usize> {
+    let mut inside = false;
+    for (i, line) in text.lines().enumerate() {
+        let line = line.trim();
+        if let Some(header) = line.strip_prefix('[').and_then(|l| l.split(']').next()) {
+            let header: String = header
+                .chars()
+                .filter(|c| *c != '"' && *c != '\'' && !c.is_whitespace())
+                .collect();
+            inside = if name.is_empty() {
+                header == table
+            } else {
+                header == format!("{table}.{name}")
+            };
+        } else if inside
+            && line
+                .strip_prefix(key)
+                .is_some_and(|rest| rest.trim_start().starts_with('='))
+        {
+            return Some(i + 1);
+        }
+    }
+    None
+}
+
+/// A schema error inside one section: the key named by the message, when
+/// it names one.
+fn schema_error(err: &toml::de::Error, table: &toml::Table) -> ConfigError {
+    let message = err.message().trim().to_owned();
+    let key = message.split('`').nth(1).unwrap_or("key").to_owned();
+    let value = table.get(&key).map(show).unwrap_or_default();
+    ConfigError::new("", key, value, message)
+}
+
+/// A TOML value as written in the file, near enough to find it.
+fn show(value: &toml::Value) -> String {
+    match value {
+        toml::Value::String(s) => format!("{s:?}"),
+        toml::Value::Integer(i) => i.to_string(),
+        toml::Value::Float(f) => f.to_string(),
+        toml::Value::Boolean(b) => b.to_string(),
+        toml::Value::Datetime(d) => d.to_string(),
+        toml::Value::Array(_) => "[…]".to_owned(),
+        toml::Value::Table(_) => "{…}".to_owned(),
+    }
 }
 
 /// A TOML or schema error, naming the file, the line's key and its value.

@@ -34,7 +34,7 @@
 //! # shared = "redis://127.0.0.1:6379/"   # feature `breaker-redis`: one breaker
 //! # sync_interval = "1s"                 # for every replica of the service
 //!
-//! [retry.user]
+//! [retry."user.get"]         # a `#[retry(name = "user.get")]`; quoted: it has a dot
 //! max_attempts = 3            # or `max`
 //! initial = "100ms"
 //! multiplier = 2.0
@@ -48,7 +48,26 @@
 //! Unknown keys, wrong types and out-of-range values are errors naming the
 //! file, the key and the value; nothing falls back to a default silently.
 //! Each `[breakers.*]` and `[retry.*]` section is checked on its own, over
-//! the [guide's](crate::guide) defaults, when the file is loaded.
+//! the [guide's](crate::guide) defaults, when the file is loaded, and every
+//! mistake of the file is reported at once ([`ConfigError::errors`]).
+//!
+//! # Every name is known at startup
+//!
+//! Each `#[retry]` and `#[circuit_breaker]` registers its site at link
+//! time (a `static` the linker gathers: nothing runs at startup, no call
+//! pays for it), so [`install`] refuses a section that names no site, with
+//! the nearest name when there is one: `[retry.user]` for a breaker
+//! `user` whose policy is `user.get` is an error, not a setting silently
+//! not in force. A `#[retry]` without `name` is `module::fn`, or
+//! `module::Type::fn` in an impl. Names used only by hand are declared in
+//! the builder ([`RegistryBuilder::breaker`], [`RegistryBuilder::policy`],
+//! [`RegistryBuilder::on_state_change`]). [`Registry::sites`] lists every
+//! site with the configuration it runs with; [`Registry::find_breaker`]
+//! looks a breaker up without bringing a configuration of its own.
+//!
+//! The link-time list needs linker support: Linux, macOS, Windows,
+//! FreeBSD, OpenBSD, illumos (and Android, iOS). Elsewhere it is empty and
+//! the check is skipped.
 //!
 //! # Rules
 //!
@@ -81,6 +100,7 @@
 //! ```
 
 mod file;
+mod sites;
 
 use std::collections::HashMap;
 use std::fmt;
@@ -92,6 +112,26 @@ use crate::error::ConfigError;
 use crate::retry::{Policy, PolicyBuilder};
 
 use self::file::FileConfig;
+#[doc(hidden)]
+#[cfg(any(
+    target_os = "linux",
+    target_os = "android",
+    target_os = "macos",
+    target_os = "ios",
+    target_os = "windows",
+    target_os = "freebsd",
+    target_os = "openbsd",
+    target_os = "illumos",
+))]
+pub use self::sites::linkme;
+#[doc(hidden)]
+pub use self::sites::{Defaults, SITES, Site, SiteDefaults};
+pub use self::sites::{SiteConfig, SiteInfo};
+
+/// A state-change hook, as given to [`RegistryBuilder::on_state_change`].
+type Hook = std::sync::Arc<
+    dyn Fn(&'static str, crate::breaker::State, crate::breaker::State) + Send + Sync,
+>;
 
 /// The environment variable naming the config file read by
 /// [`RegistryBuilder::from_env`] and by [`global()`].
@@ -104,29 +144,43 @@ static GLOBAL: OnceLock<Registry> = OnceLock::new();
 
 /// The process-wide registry used by the macros.
 ///
-/// Installed by [`install`] (or [`RegistryBuilder::install`]) at startup;
-/// otherwise built at first use from the file named by
-/// `RESILIENCE_CONFIG`, if set. A broken file found that late cannot be
-/// returned as an error: it is logged at ERROR (file, key, value) and the
-/// registry runs on the code's values. Call [`install`] at startup to fail
-/// fast instead.
+/// Installed by [`install`] (or [`RegistryBuilder::install`]) at startup,
+/// the recommended way: a broken config file is then an error returned to
+/// `main`. Otherwise the registry is built at the first protected call
+/// from the file named by `RESILIENCE_CONFIG`, if set, and checked like
+/// [`install`] checks it.
+///
+/// # Panics
+///
+/// When `RESILIENCE_CONFIG` names a file that cannot be read, does not
+/// parse, holds a value out of range, or has a section that names no call
+/// site, and no registry was installed: every protected call then panics
+/// with the error (the file, the key and the value). Running on the
+/// attributes' values instead would hide that the operator's settings are
+/// not in force. Call [`install`] at startup to get the error as a value.
 pub fn global() -> &'static Registry {
-    GLOBAL.get_or_init(|| match Registry::builder().from_env() {
-        Ok(builder) => builder.build_lenient(),
-        Err(err) => {
-            tracing::error!(
-                error = %err,
-                "resilience: the config file named by {CONFIG_ENV} was not loaded; running on the values in the code"
-            );
-            Registry::builder().build_lenient()
+    GLOBAL.get_or_init(|| {
+        match Registry::builder().from_env().and_then(RegistryBuilder::build_checked) {
+            Ok(registry) => registry,
+            Err(err) => panic!(
+                "resilience: the config file named by {CONFIG_ENV} is not valid, and no registry was installed: {err}"
+            ),
         }
     })
 }
 
-/// Makes `registry` the [`global()`] one. Refused when the global registry
-/// already exists (installed before, or created by a first protected
-/// call): install it at startup, before any call.
+/// Makes `registry` the [`global()`] one, after checking that each of its
+/// config sections names a `#[retry]` or `#[circuit_breaker]` site of the
+/// program, or a name given in code ([`RegistryBuilder::breaker`],
+/// [`RegistryBuilder::policy`]): a section that matches nothing would be a
+/// setting silently not in force. Every such section is reported, with the
+/// nearest name when there is one.
+///
+/// Refused too when the global registry already exists (installed before,
+/// or created by a first protected call): install it at startup, before
+/// any call.
 pub fn install(registry: Registry) -> Result<&'static Registry, ConfigError> {
+    registry.check_sites()?;
     GLOBAL.set(registry).map_err(|_| {
         ConfigError::new(
             "resilience registry",
@@ -136,6 +190,20 @@ pub fn install(registry: Registry) -> Result<&'static Registry, ConfigError> {
         )
     })?;
     Ok(global())
+}
+
+/// `name` as a TOML key: bare when it can be, quoted otherwise (a name
+/// with `::` or `.`).
+pub(crate) fn toml_key(name: &str) -> String {
+    if !name.is_empty()
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+    {
+        name.to_owned()
+    } else {
+        format!("{name:?}")
+    }
 }
 
 /// Named breakers and retry policies; see the [module docs](self).
@@ -152,6 +220,8 @@ struct Shared {
     /// Whole configurations given by the code, per name.
     code_breakers: HashMap<String, BreakerConfig>,
     code_policies: HashMap<String, Policy>,
+    /// Hooks to attach to a breaker when it is created, by name.
+    hooks: HashMap<String, Vec<Hook>>,
     live: HashMap<&'static str, Live>,
 }
 
@@ -201,6 +271,10 @@ impl Registry {
         }
         let config = self.resolve(&shared, name, defaults);
         let breaker: &'static CircuitBreaker = Box::leak(Box::new(config));
+        for hook in shared.hooks.get(name).into_iter().flatten() {
+            let hook = hook.clone();
+            breaker.on_state_change(move |name, from, to| hook(name, from, to));
+        }
         shared.live.insert(
             name,
             Live {
@@ -259,6 +333,184 @@ impl Registry {
                     .unwrap_or_else(|_| Policy::http())
             }
         }
+    }
+
+    /// The breaker named `name`, with the configuration its
+    /// `#[circuit_breaker]` sites give it (or the code's, for a name given
+    /// to [`RegistryBuilder::breaker`]), under the file's; `None` when no
+    /// site and no code names it.
+    ///
+    /// Unlike [`breaker`](Self::breaker), it never brings a configuration
+    /// of its own: looking a breaker up, to attach a hook or read its
+    /// state, cannot change how it trips.
+    ///
+    /// ```
+    /// use resilience::registry::Registry;
+    ///
+    /// let registry = Registry::builder().build()?;
+    /// assert!(registry.find_breaker("nobody-calls-this").is_none());
+    /// # Ok::<(), resilience::ConfigError>(())
+    /// ```
+    pub fn find_breaker(&self, name: &str) -> Option<&'static CircuitBreaker> {
+        if let Some(live) = self.read().live.get(name) {
+            return Some(live.breaker);
+        }
+        let site = sites::linked().find_map(|site| match site.config {
+            Defaults::Breaker(config) if site.name == name => Some((site.name, config)),
+            _ => None,
+        });
+        match site {
+            Some((name, config)) => Some(self.breaker(name, config)),
+            None => {
+                let config = *self.read().code_breakers.get(name)?;
+                let name: &'static str = Box::leak(name.to_owned().into_boxed_str());
+                Some(self.breaker(name, config))
+            }
+        }
+    }
+
+    /// Every `#[retry]` and `#[circuit_breaker]` site linked into the
+    /// program, with the configuration it runs with (the file over the
+    /// code over the attribute), sorted by kind and name; one entry per
+    /// breaker name. For a startup log or a health endpoint.
+    ///
+    /// ```
+    /// use resilience::registry::{Registry, SiteConfig};
+    ///
+    /// #[resilience::circuit_breaker(name = "sites-doc", min = 5)]
+    /// async fn call() -> Result<(), resilience::Error> { Ok(()) }
+    ///
+    /// let registry = Registry::builder()
+    ///     .config_str("[breakers.sites-doc]\nmin = 7\n", "inline")?
+    ///     .build()?;
+    /// let site = registry.sites().into_iter().find(|s| s.name == "sites-doc").unwrap();
+    /// match site.config {
+    ///     SiteConfig::Breaker(config) => assert_eq!(config.min_requests(), 7),
+    ///     other => panic!("{other:?}"),
+    /// }
+    /// # Ok::<(), resilience::ConfigError>(())
+    /// ```
+    pub fn sites(&self) -> Vec<SiteInfo> {
+        let mut seen = std::collections::HashSet::new();
+        let mut all: Vec<SiteInfo> = sites::linked()
+            .filter_map(|site| {
+                let config = match site.config {
+                    Defaults::Retry(defaults) => {
+                        SiteConfig::Retry(self.policy(site.name, defaults))
+                    }
+                    Defaults::Breaker(defaults) => {
+                        if !seen.insert(site.name) {
+                            return None;
+                        }
+                        let config = match self.read().live.get(site.name) {
+                            Some(live) => *live.breaker.config(),
+                            None => {
+                                let shared = self.read();
+                                let from_code = shared
+                                    .code_breakers
+                                    .get(site.name)
+                                    .copied()
+                                    .unwrap_or(defaults);
+                                self.file.breaker(site.name, from_code)
+                            }
+                        };
+                        SiteConfig::Breaker(config)
+                    }
+                };
+                Some(SiteInfo {
+                    name: site.name,
+                    config,
+                })
+            })
+            .collect();
+        all.sort_by_key(|site| (matches!(site.config, SiteConfig::Breaker(_)), site.name));
+        all
+    }
+
+    /// Checks that each config section names a linked site or a name given
+    /// in code; see [`install`].
+    fn check_sites(&self) -> Result<(), ConfigError> {
+        let linked: Vec<SiteDefaults> = sites::linked().collect();
+        if linked.is_empty() {
+            // No linker support, or no protected fn: nothing to check against.
+            return Ok(());
+        }
+        let shared = self.read();
+        let breakers: Vec<&str> = linked
+            .iter()
+            .filter(|s| matches!(s.config, Defaults::Breaker(_)))
+            .map(|s| s.name)
+            .chain(shared.code_breakers.keys().map(String::as_str))
+            .chain(shared.hooks.keys().map(String::as_str))
+            .collect();
+        let policies: Vec<&str> = linked
+            .iter()
+            .filter(|s| matches!(s.config, Defaults::Retry(_)))
+            .map(|s| s.name)
+            .chain(shared.code_policies.keys().map(String::as_str))
+            .collect();
+        let in_impl = |section: &str| {
+            // `module::Type::fn` of a method listed as `module::fn`.
+            linked.iter().any(|site| {
+                site.in_impl
+                    && matches!(site.config, Defaults::Retry(_))
+                    && section.rsplit_once("::").is_some_and(|(path, function)| {
+                        path.rsplit_once("::").is_some_and(|(module, _ty)| {
+                            site.name == format!("{module}::{function}")
+                        })
+                    })
+            })
+        };
+        let origin = self.file.origin().unwrap_or("config");
+        let mut errors = Vec::new();
+        let mut unknown = |kind: &str, what: &str, name: &str, names: &[&str], other: &[&str]| {
+            let mut reason = format!(
+                "no {what} in the program is named `{name}`, so this section would configure nothing"
+            );
+            if let Some(near) = sites::did_you_mean(name, names.iter().copied()) {
+                reason.push_str(&format!("; did you mean `[{kind}.{}]`?", toml_key(near)));
+            } else if other.contains(&name) {
+                let other_kind = if kind == "retry" { "breakers" } else { "retry" };
+                reason.push_str(&format!(
+                    "; `{name}` is a {}: did you mean `[{other_kind}.{}]`?",
+                    if kind == "retry" {
+                        "`#[circuit_breaker]`"
+                    } else {
+                        "`#[retry]` policy"
+                    },
+                    toml_key(name)
+                ));
+            } else {
+                reason.push_str("; the names are the attributes' `name` (or `module::fn` for a `#[retry]` without one), listed by `Registry::sites`");
+            }
+            errors.push(ConfigError::new(
+                format!("`{origin}`"),
+                "section",
+                format!("[{kind}.{}]", toml_key(name)),
+                reason,
+            ));
+        };
+        let mut sections: Vec<&str> = self.file.breaker_names().collect();
+        sections.sort_unstable();
+        for name in sections {
+            if !breakers.contains(&name) {
+                unknown(
+                    "breakers",
+                    "`#[circuit_breaker]`",
+                    name,
+                    &breakers,
+                    &policies,
+                );
+            }
+        }
+        let mut sections: Vec<&str> = self.file.retry_names().collect();
+        sections.sort_unstable();
+        for name in sections {
+            if !policies.contains(&name) && !in_impl(name) {
+                unknown("retry", "`#[retry]`", name, &policies, &breakers);
+            }
+        }
+        ConfigError::combine(errors).map_or(Ok(()), Err)
     }
 
     /// The service this process is, for the `service` label of metrics.
@@ -353,6 +605,29 @@ impl RegistryBuilder {
         self
     }
 
+    /// Attaches `hook` to the breaker `name` when it is created, without
+    /// changing its configuration: see [`CircuitBreaker::on_state_change`].
+    ///
+    /// ```
+    /// use resilience::registry::Registry;
+    ///
+    /// let registry = Registry::builder()
+    ///     .on_state_change("user", |name, from, to| eprintln!("{name}: {from:?} -> {to:?}"))
+    ///     .build()?;
+    /// # Ok::<(), resilience::ConfigError>(())
+    /// ```
+    pub fn on_state_change<F>(mut self, name: impl Into<String>, hook: F) -> Self
+    where
+        F: Fn(&'static str, crate::breaker::State, crate::breaker::State) + Send + Sync + 'static,
+    {
+        self.shared
+            .hooks
+            .entry(name.into())
+            .or_default()
+            .push(std::sync::Arc::new(hook));
+        self
+    }
+
     /// Reads and checks the TOML file at `path`.
     pub fn config_file(mut self, path: impl AsRef<Path>) -> Result<Self, ConfigError> {
         let path = path.as_ref();
@@ -391,6 +666,13 @@ impl RegistryBuilder {
                 .map_err(|err| err.with_subject(format!("circuit breaker `{name}`")))?;
         }
         Ok(self.build_lenient())
+    }
+
+    /// [`build`](Self::build), then the check of [`install`].
+    fn build_checked(self) -> Result<Registry, ConfigError> {
+        let registry = self.build()?;
+        registry.check_sites()?;
+        Ok(registry)
     }
 
     fn build_lenient(self) -> Registry {

@@ -147,13 +147,13 @@ fn file_error(toml: &str) -> ConfigError {
 #[test]
 fn bad_files_name_the_file_the_key_and_the_value() {
     let err = file_error("[breakers.user]\nratoi = 0.3\n");
-    assert_eq!(err.subject(), "`app.toml` line 2");
+    assert_eq!(err.subject(), "`[breakers.user]` in `app.toml` line 2");
     assert_eq!((err.field(), err.value()), ("ratoi", "0.3"));
     assert!(err.reason().contains("unknown field `ratoi`"), "{err}");
 
     let err = file_error("[breakers.user]\nmin = \"ten\"\n");
     assert_eq!((err.field(), err.value()), ("min", "\"ten\""));
-    assert_eq!(err.subject(), "`app.toml` line 2");
+    assert_eq!(err.subject(), "`[breakers.user]` in `app.toml` line 2");
 
     let err = file_error("[breakers.user]\nratio = 1.5\n");
     assert_eq!(err.subject(), "`[breakers.user]` in `app.toml`");

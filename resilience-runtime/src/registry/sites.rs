@@ -1,0 +1,184 @@
+//! The `#[retry]` and `#[circuit_breaker]` sites linked into the program,
+//! gathered at link time so that the registry knows every name before the
+//! first call.
+//!
+//! Each attribute adds one `static` to a [`linkme`] distributed slice: the
+//! linker collects them, nothing runs at startup and nothing is added to a
+//! call. Supported where linkme is: Linux, macOS, Windows, FreeBSD, OpenBSD
+//! and illumos. Elsewhere (e.g. `wasm32`) the list is empty and no config
+//! section can be checked against it, so [`install`](super::install) does
+//! not refuse names there.
+
+use std::fmt;
+
+use crate::breaker::BreakerConfig;
+use crate::retry::{Policy, PolicyBuilder};
+
+/// A site as the registry sees it; implemented by the facade's call-site
+/// statics, never by hand.
+#[doc(hidden)]
+pub trait Site: Sync + fmt::Debug {
+    /// The name and the attribute's values.
+    fn describe(&self) -> SiteDefaults;
+}
+
+/// What one attribute declared.
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy)]
+pub struct SiteDefaults {
+    /// The attribute's `name`, or `module::fn` when none was given.
+    pub name: &'static str,
+    /// `name` is `module::fn` of a method: its policy is named
+    /// `module::Type::fn`, with the impl's type, which is known only once
+    /// the method runs.
+    pub in_impl: bool,
+    /// The attribute's values.
+    pub config: Defaults,
+}
+
+/// The attribute's values of one site.
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy)]
+pub enum Defaults {
+    /// A `#[retry]`.
+    Retry(PolicyBuilder),
+    /// A `#[circuit_breaker]`.
+    Breaker(BreakerConfig),
+}
+
+#[cfg(any(
+    target_os = "linux",
+    target_os = "android",
+    target_os = "macos",
+    target_os = "ios",
+    target_os = "windows",
+    target_os = "freebsd",
+    target_os = "openbsd",
+    target_os = "illumos",
+))]
+mod linked {
+    #[doc(hidden)]
+    pub use linkme;
+
+    // linkme's own code: the sections the linker gathers the sites in.
+    #[allow(unsafe_code)]
+    #[linkme::distributed_slice]
+    #[doc(hidden)]
+    pub static SITES: [&'static dyn super::Site];
+}
+
+#[cfg(not(any(
+    target_os = "linux",
+    target_os = "android",
+    target_os = "macos",
+    target_os = "ios",
+    target_os = "windows",
+    target_os = "freebsd",
+    target_os = "openbsd",
+    target_os = "illumos",
+)))]
+mod linked {
+    /// No linker support: no site is known before it runs.
+    #[doc(hidden)]
+    pub static SITES: [&'static dyn super::Site; 0] = [];
+}
+
+#[doc(hidden)]
+pub use linked::SITES;
+#[doc(hidden)]
+#[cfg(any(
+    target_os = "linux",
+    target_os = "android",
+    target_os = "macos",
+    target_os = "ios",
+    target_os = "windows",
+    target_os = "freebsd",
+    target_os = "openbsd",
+    target_os = "illumos",
+))]
+pub use linked::linkme;
+
+/// Every site linked into the program, in no particular order.
+pub(super) fn linked() -> impl Iterator<Item = SiteDefaults> {
+    SITES.iter().map(|site| site.describe())
+}
+
+/// One protected call site and the configuration it runs with, from
+/// [`Registry::sites`](super::Registry::sites).
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct SiteInfo {
+    /// The name that config sections and metrics use. A method whose
+    /// `#[retry]` has no `name` is listed as `module::fn`; its policy is
+    /// looked up as `module::Type::fn`.
+    pub name: &'static str,
+    /// The configuration in force: the file over the code over the
+    /// attribute.
+    pub config: SiteConfig,
+}
+
+/// The effective configuration of one site.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum SiteConfig {
+    /// A `#[retry]` site's policy.
+    Retry(Policy),
+    /// A `#[circuit_breaker]` site's breaker.
+    Breaker(BreakerConfig),
+}
+
+impl fmt::Display for SiteInfo {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.config {
+            SiteConfig::Retry(policy) => {
+                write!(f, "[retry.{}] {policy:?}", super::toml_key(self.name))
+            }
+            SiteConfig::Breaker(config) => {
+                write!(f, "[breakers.{}] {config:?}", super::toml_key(self.name))
+            }
+        }
+    }
+}
+
+/// The nearest of `candidates` to `typo`, if near enough to be a typo: at
+/// most one edit for short words, a third of the length for longer ones
+/// (the macros' rule for argument names).
+pub(super) fn did_you_mean<'a>(
+    typo: &str,
+    candidates: impl IntoIterator<Item = &'a str>,
+) -> Option<&'a str> {
+    let typo = typo.to_ascii_lowercase();
+    let limit = (typo.chars().count() / 3).max(1);
+    candidates
+        .into_iter()
+        .map(|candidate| (distance(&typo, &candidate.to_ascii_lowercase()), candidate))
+        .filter(|&(distance, _)| distance <= limit)
+        .min_by_key(|&(distance, _)| distance)
+        .map(|(_, candidate)| candidate)
+}
+
+/// Levenshtein distance, counting a swap of two neighbours as one edit.
+fn distance(a: &str, b: &str) -> usize {
+    let a: Vec<char> = a.chars().collect();
+    let b: Vec<char> = b.chars().collect();
+    let mut rows = vec![vec![0usize; b.len() + 1]; a.len() + 1];
+    for (i, row) in rows.iter_mut().enumerate() {
+        row[0] = i;
+    }
+    for (j, cell) in rows[0].iter_mut().enumerate() {
+        *cell = j;
+    }
+    for i in 1..=a.len() {
+        for j in 1..=b.len() {
+            let cost = usize::from(a[i - 1] != b[j - 1]);
+            let mut best = (rows[i - 1][j] + 1)
+                .min(rows[i][j - 1] + 1)
+                .min(rows[i - 1][j - 1] + cost);
+            if i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] {
+                best = best.min(rows[i - 2][j - 2] + 1);
+            }
+            rows[i][j] = best;
+        }
+    }
+    rows[a.len()][b.len()]
+}

@@ -1,0 +1,241 @@
+//! Every `#[retry]` and `#[circuit_breaker]` site is known to the registry
+//! before its first call (registered at link time), so a config section
+//! that names no site is an error, not a silent no-op.
+
+mod macros_common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use macros_common::{ClientError, Script};
+use resilience::breaker::State;
+use resilience::registry::{self, Registry, SiteConfig};
+use resilience::{circuit_breaker, retry};
+
+#[circuit_breaker(name = "user", min = 2, ratio = 0.5, cooldown = "1s")]
+#[retry(name = "user.get", max = 2)]
+async fn get_user(script: &Script) -> Result<(), ClientError> {
+    script.send().await
+}
+
+#[circuit_breaker(name = "inventory", min = 3)]
+async fn get_stock(script: &Script) -> Result<(), ClientError> {
+    script.send().await
+}
+
+#[retry(max = 4)]
+async fn get_unnamed(script: &Script) -> Result<(), ClientError> {
+    script.send().await
+}
+
+struct Users;
+
+impl Users {
+    #[retry(max = 2)]
+    async fn fetch(&self, script: &Script) -> Result<(), ClientError> {
+        script.send().await
+    }
+}
+
+fn with(toml: &str) -> Registry {
+    Registry::builder()
+        .config_str(toml, "config.toml")
+        .unwrap()
+        .build()
+        .unwrap()
+}
+
+fn refused(toml: &str) -> resilience::ConfigError {
+    registry::install(with(toml)).unwrap_err()
+}
+
+#[test]
+fn every_site_is_listed_before_any_call_with_its_effective_config() {
+    let registry = with("[breakers.user]\nmin = 7\n\n[retry.\"user.get\"]\nmax_attempts = 5\n");
+    let sites = registry.sites();
+    let names: Vec<_> = sites.iter().map(|site| site.name).collect();
+    for name in [
+        "user.get",
+        "registry_sites::get_unnamed",
+        "registry_sites::fetch",
+        "user",
+        "inventory",
+    ] {
+        assert!(names.contains(&name), "{name} missing from {names:?}");
+    }
+    let user = sites.iter().find(|s| s.name == "user").unwrap();
+    match &user.config {
+        SiteConfig::Breaker(config) => {
+            assert_eq!(config.min_requests(), 7, "the file's value");
+            assert_eq!(
+                config.cooldown(),
+                std::time::Duration::from_secs(1),
+                "the attribute's"
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    let get = sites.iter().find(|s| s.name == "user.get").unwrap();
+    match &get.config {
+        SiteConfig::Retry(policy) => assert_eq!(policy.max_attempts(), 5),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(user.to_string().lines().count(), 1);
+    assert!(
+        get.to_string().starts_with("[retry.\"user.get\"] "),
+        "{get}"
+    );
+    // One entry per breaker name, and the listing created no breaker.
+    assert_eq!(names.iter().filter(|n| **n == "user").count(), 1);
+    assert!(registry.breakers().is_empty());
+}
+
+#[test]
+fn the_docs_retry_section_named_after_a_breaker_is_refused() {
+    // `[retry.user]` beside `[breakers.user]`: the policy is `user.get`.
+    let err = refused("[breakers.user]\nmin = 10\n\n[retry.user]\nmax_attempts = 3\n");
+    assert_eq!(err.errors().count(), 1, "{err}");
+    assert_eq!(err.value(), "[retry.user]");
+    assert!(
+        err.reason()
+            .contains("`user` is a `#[circuit_breaker]`: did you mean `[breakers.user]`?"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_misspelt_section_is_refused_with_the_nearest_name() {
+    let err = refused("[breakers.inventroy]\nmin = 10\n");
+    assert_eq!(err.value(), "[breakers.inventroy]");
+    assert!(err.to_string().contains("config.toml"), "{err}");
+    assert!(
+        err.reason()
+            .contains("did you mean `[breakers.inventory]`?"),
+        "{err}"
+    );
+
+    let err = refused("[retry.\"user.gte\"]\nmax_attempts = 3\n");
+    assert_eq!(
+        err.value(),
+        "[retry.\"user.gte\"]",
+        "quoted: the name has a dot"
+    );
+    assert!(
+        err.reason()
+            .contains("did you mean `[retry.\"user.get\"]`?"),
+        "{err}"
+    );
+}
+
+#[test]
+fn every_unknown_section_is_reported_at_once() {
+    let err = refused("[breakers.nobody]\n[breakers.inventroy]\n[retry.\"a::b\"]\n");
+    let values: Vec<_> = err.errors().map(|e| e.value().to_owned()).collect();
+    assert_eq!(
+        values,
+        [
+            "[breakers.inventroy]",
+            "[breakers.nobody]",
+            "[retry.\"a::b\"]"
+        ],
+        "{err}"
+    );
+    assert_eq!(err.to_string().lines().count(), 3);
+}
+
+#[test]
+fn every_bad_value_of_a_file_is_reported_at_once() {
+    let err = Registry::builder()
+        .config_str(
+            "[breakers.user]\nratio = 7.0\n\n[breakers.inventory]\nmni = 3\nwindow = 60\n\n[retry.\"user.get\"]\njitter = 0.01\n",
+            "config.toml",
+        )
+        .unwrap_err();
+    let found: Vec<_> = err
+        .errors()
+        .map(|e| (e.subject().to_owned(), e.field().to_owned()))
+        .collect();
+    assert_eq!(found.len(), 4, "{err}");
+    for (section, field) in [
+        ("`[breakers.inventory]` in `config.toml` line 5", "mni"),
+        ("`[breakers.inventory]` in `config.toml` line 6", "window"),
+        ("`[breakers.user]` in `config.toml`", "ratio"),
+        ("`[retry.\"user.get\"]` in `config.toml`", "jitter"),
+    ] {
+        assert!(
+            found.iter().any(|(s, f)| s == section && f == field),
+            "{section} {field} not in {found:?}"
+        );
+    }
+    let mni = err.errors().find(|e| e.field() == "mni").unwrap();
+    assert_eq!(mni.value(), "3");
+}
+
+#[test]
+fn sections_for_names_given_in_code_and_methods_by_type_are_accepted() {
+    let registry = Registry::builder()
+        .config_str(
+            "[breakers.payments]\nmin = 5\n\n[retry.\"registry_sites::Users::fetch\"]\nmax_attempts = 3\n\n[retry.\"registry_sites::get_unnamed\"]\nmax_attempts = 2\n",
+            "config.toml",
+        )
+        .unwrap()
+        .breaker("payments", resilience::breaker::BreakerConfig::new())
+        .build()
+        .unwrap();
+    // Checked, then installed: the only successful install of this binary.
+    registry::install(registry).unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn looking_a_breaker_up_by_name_keeps_the_attributes_config() {
+    let registry = with("");
+    let inventory = registry.find_breaker("inventory").unwrap();
+    assert_eq!(
+        inventory.config().min_requests(),
+        3,
+        "the attribute's `min`"
+    );
+    assert!(std::ptr::eq(
+        inventory,
+        registry.find_breaker("inventory").unwrap()
+    ));
+    assert!(registry.find_breaker("invenotry").is_none());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_hook_attached_by_name_in_the_builder_sees_the_state_changes() {
+    let opened = Arc::new(AtomicU32::new(0));
+    let seen = opened.clone();
+    let registry = Registry::builder()
+        .on_state_change("user", move |name, _, to| {
+            assert_eq!(name, "user");
+            if to == State::Open {
+                seen.fetch_add(1, Ordering::Relaxed);
+            }
+        })
+        .build()
+        .unwrap();
+    let user = registry.find_breaker("user").unwrap();
+    assert_eq!(
+        user.config().min_requests(),
+        2,
+        "the hook changed no config"
+    );
+    assert_eq!(user.config().cooldown(), std::time::Duration::from_secs(1));
+    for _ in 0..2 {
+        let _ = user
+            .call(async { Err::<(), _>(ClientError::Status(503)) })
+            .await;
+    }
+    assert_eq!(user.state(), State::Open);
+    assert_eq!(opened.load(Ordering::Relaxed), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_sites_run() {
+    // The fns above are called too, so that none is dead code.
+    assert_eq!(get_user(&Script::new(&[200])).await, Ok(()));
+    assert_eq!(get_stock(&Script::new(&[200])).await, Ok(()));
+    assert_eq!(get_unnamed(&Script::new(&[200])).await, Ok(()));
+    assert_eq!(Users.fetch(&Script::new(&[200])).await, Ok(()));
+}
