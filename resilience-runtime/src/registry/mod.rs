@@ -378,7 +378,10 @@ impl Registry {
     /// use resilience::registry::{Registry, SiteConfig};
     ///
     /// #[resilience::circuit_breaker(name = "sites-doc", min = 5)]
-    /// async fn call() -> Result<(), resilience::Error> { Ok(()) }
+    /// async fn call() -> Result<(), resilience::Error> {
+    ///     tokio::task::yield_now().await; // the network call
+    ///     Ok(())
+    /// }
     ///
     /// let registry = Registry::builder()
     ///     .config_str("[breakers.sites-doc]\nmin = 7\n", "inline")?
