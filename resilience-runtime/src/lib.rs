@@ -17,6 +17,8 @@
 //! - [`idempotency`]: keys that make a retried POST safe;
 //! - [`telemetry`]: the metrics, spans and events of the [guide](crate::guide#metrics-and-alerts);
 //! - `http` (feature `reqwest`): the reqwest integration;
+//! - `tower` (feature `tower`): a tower `Layer` applying a policy and a
+//!   breaker to any HTTP client `Service` (hyper, tonic's transport);
 //! - `db` (feature `sqlx-postgres`): PostgreSQL transactions retried as a
 //!   whole on serialization failures and deadlocks.
 //!
@@ -37,6 +39,8 @@ mod error;
 pub mod fallback;
 #[cfg(feature = "reqwest")]
 pub mod http;
+#[cfg(any(feature = "reqwest", feature = "tower"))]
+mod http_rules;
 #[doc = include_str!("guide.md")]
 pub mod guide {}
 #[doc = include_str!("clients_that_retry.md")]
@@ -47,6 +51,8 @@ mod redis_link;
 pub mod registry;
 pub mod retry;
 pub mod telemetry;
+#[cfg(feature = "tower")]
+pub mod tower;
 
 pub use breaker::{BreakerConfig, CircuitBreaker};
 pub use error::{Cause, ConfigError, DependencyDown, Error};

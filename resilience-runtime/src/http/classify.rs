@@ -1,9 +1,9 @@
 //! The classifier ([what may be retried](crate::guide#what-may-be-retried)) applied to reqwest's errors and responses.
 
 use std::error::Error as StdError;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
-use crate::retry::{Classify, HttpStatus, Reason, Verdict, parse_retry_after_bytes};
+use crate::retry::{Classify, HttpStatus, Reason, Verdict};
 
 /// The verdict for a response: its status, and `Retry-After` on `429` and
 /// `503` (the guide's rules on [what may be retried](crate::guide#what-may-be-retried)). A `2xx` is [`Verdict::Permanent`]: nothing to retry.
@@ -28,14 +28,13 @@ use crate::retry::{Classify, HttpStatus, Reason, Verdict, parse_retry_after_byte
 /// );
 /// ```
 pub fn classify_response(response: &reqwest::Response) -> Verdict {
-    HttpStatus(response.status().as_u16()).with_retry_after(retry_after(response.headers()))
+    crate::http_rules::response_verdict(response.status(), response.headers())
 }
 
 /// The `Retry-After` of a response, as a delay from now: either form of
 /// the header (seconds or an HTTP date), `None` when absent or unreadable.
 pub fn retry_after(headers: &reqwest::header::HeaderMap) -> Option<Duration> {
-    let value = headers.get(reqwest::header::RETRY_AFTER)?;
-    parse_retry_after_bytes(value.as_bytes(), SystemTime::now())
+    crate::http_rules::retry_after(headers)
 }
 
 /// Every transport error is transient, as [the guide](crate::guide#what-may-be-retried)

@@ -7,9 +7,9 @@ use reqwest_middleware::{Middleware, Next};
 
 use super::classify::classify_response;
 use super::error::HttpError;
-use super::request::check_retryable;
 use crate::breaker::{BreakerConfig, CircuitBreaker};
 use crate::error::Error;
+use crate::http_rules::{self, RetryOverride};
 use crate::registry::Registry;
 use crate::retry::{Classify, Event, Policy, PolicyBuilder, Reason, Verdict};
 
@@ -112,65 +112,11 @@ impl ResilienceMiddleware {
     }
 }
 
-/// What one request asks of a [`ResilienceMiddleware`], set on the request
-/// with `reqwest_middleware::RequestBuilder::with_extension`.
-///
-/// ```no_run
-/// use resilience::http::{ResilienceMiddleware, RetryOverride};
-/// use resilience::Policy;
-///
-/// # async fn demo() -> Result<(), reqwest_middleware::Error> {
-/// let client = reqwest_middleware::ClientBuilder::new(reqwest::Client::new())
-///     .with(ResilienceMiddleware::new("search", Policy::http()))
-///     .build();
-/// // A search that the user will repeat anyway: one attempt only.
-/// let page = client
-///     .get("http://127.0.0.1:8080/search?q=boots")
-///     .with_extension(RetryOverride::Never)
-///     .send()
-///     .await?;
-/// // A POST the server treats as a query (no side effects): retried
-/// // like a GET although it carries no Idempotency-Key.
-/// let report = client
-///     .post("http://127.0.0.1:8080/reports/query")
-///     .body("{\"from\":\"2026-11-01\"}")
-///     .with_extension(RetryOverride::Idempotent)
-///     .send()
-///     .await?;
-/// # Ok(()) }
-/// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum RetryOverride {
-    /// Send this request once, whatever the policy allows; the breaker
-    /// still counts it.
-    Never,
-    /// This `POST` or `PATCH` has no side effect a second copy could
-    /// repeat (a query sent as a POST, an upsert keyed by its body), so
-    /// it may be retried without an `Idempotency-Key`. Only the caller
-    /// knows this; a wrong claim can apply a request twice. A streaming
-    /// body is still sent once.
-    Idempotent,
-}
-
 /// Why `request` goes out once under a policy that allows retries, or
-/// `None` when it may be retried.
+/// `None` when it may be retried (the rules every HTTP layer shares).
 fn sent_once_because(request: &Request, asked: Option<RetryOverride>) -> Option<&'static str> {
-    if asked == Some(RetryOverride::Never) {
-        return Some("marked RetryOverride::Never");
-    }
-    match check_retryable(request) {
-        Ok(()) => None,
-        Err(HttpError::MissingIdempotencyKey { .. })
-            if asked == Some(RetryOverride::Idempotent) =>
-        {
-            None
-        }
-        Err(HttpError::MissingIdempotencyKey { .. }) => {
-            Some("no Idempotency-Key: a retried POST or PATCH could be applied twice")
-        }
-        Err(_) => Some("a streaming body cannot be sent again"),
-    }
+    let replayable = request.try_clone().is_some();
+    http_rules::sent_once_because(request.method(), request.headers(), replayable, asked)
 }
 
 /// The outcome of one attempt as the retry executor sees it.

@@ -45,8 +45,10 @@ mod error;
 mod middleware;
 mod request;
 
+#[cfg(feature = "reqwest-middleware")]
+pub use crate::http_rules::RetryOverride;
 pub use classify::{classify_response, retry_after};
 pub use error::{HttpError, StatusError};
 #[cfg(feature = "reqwest-middleware")]
-pub use middleware::{ResilienceMiddleware, RetryOverride};
+pub use middleware::ResilienceMiddleware;
 pub use request::{ReplayableRequest, RequestBuilderExt, ResponseExt, RetriedRequest};

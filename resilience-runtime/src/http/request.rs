@@ -4,7 +4,7 @@
 use std::future::Future;
 
 use bytes::Bytes;
-use reqwest::{Client, Method, Request, RequestBuilder, Response};
+use reqwest::{Client, Request, RequestBuilder, Response};
 
 use super::classify::{classify_response, retry_after};
 use super::error::{HttpError, StatusError};
@@ -202,8 +202,7 @@ pub(super) fn check_retryable(request: &Request) -> Result<(), HttpError> {
             url: Box::new(request.url().clone()),
         });
     }
-    let unsafe_method = matches!(*request.method(), Method::POST | Method::PATCH);
-    if unsafe_method && !request.headers().contains_key(IDEMPOTENCY_KEY_HEADER) {
+    if crate::http_rules::lacks_idempotency_key(request.method(), request.headers()) {
         return Err(HttpError::MissingIdempotencyKey {
             method: request.method().clone(),
             url: Box::new(request.url().clone()),

@@ -1,0 +1,345 @@
+//! A tower [`Layer`] applying a retry policy and a circuit breaker to any
+//! HTTP client [`Service`] (cargo feature `tower`): a hyper client, a
+//! tonic channel, a client built of tower layers.
+//!
+//! The same rules, from the same code, as the reqwest middleware
+//! (`resilience::http::ResilienceMiddleware`, feature
+//! `reqwest-middleware`), for clients that are not reqwest:
+//!
+//! - layered breaker → retry → transport: the breaker counts one logical
+//!   call once, by its final outcome, however many attempts it took; when
+//!   it is open nothing is sent and the caller gets
+//!   [`Error::DependencyDown`] (inside the [`BoxError`]);
+//! - a response is retried when its status says so (5xx, 408, 429 after
+//!   its `Retry-After`), a transport error always (the inner service's
+//!   errors are the transport's); the last attempt's response is returned
+//!   as is, whatever its status, the earlier ones dropped unread;
+//! - **retries need a copy of the request**: every attempt sends a clone
+//!   of it, so the body type must be `Clone` (a buffered body:
+//!   `http_body_util::Full<Bytes>`, `String`, `Bytes`); method, URI,
+//!   version, headers and extensions are copied too. A streaming body
+//!   cannot be sent twice: send it through the inner service itself;
+//! - a `POST` or `PATCH` without an `Idempotency-Key` header, or marked
+//!   [`RetryOverride::Never`], is sent exactly once, still through the
+//!   breaker; [`RetryOverride::Idempotent`] lets a keyless one be
+//!   retried;
+//! - **readiness**: the layer's `poll_ready` is the inner service's; each
+//!   retry attempt waits for a clone of the inner service to be ready
+//!   before calling it, as tower's contract asks, so a connection pool or
+//!   a concurrency limit below still applies back-pressure.
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use resilience::tower::ResilienceLayer;
+//! use resilience::{BreakerConfig, CircuitBreaker, Policy};
+//! use tower::{Service, ServiceBuilder, ServiceExt};
+//!
+//! # async fn demo<S>(hyper_client: S) -> Result<(), resilience::tower::BoxError>
+//! # where
+//! #     S: Service<http::Request<String>, Response = http::Response<String>> + Clone + Send + 'static,
+//! #     S::Error: Into<resilience::tower::BoxError> + Send + 'static,
+//! #     S::Future: Send,
+//! # {
+//! let breaker = CircuitBreaker::new("users", BreakerConfig::new())?;
+//! let mut client = ServiceBuilder::new()
+//!     .layer(ResilienceLayer::new("users", Policy::http()).with_breaker(breaker))
+//!     .service(hyper_client);
+//! let request = http::Request::get("http://127.0.0.1:8080/users/42").body(String::new())?;
+//! let response = client.ready().await?.call(request).await?;
+//! # Ok(()) }
+//! ```
+
+use std::fmt;
+use std::future::{Future, poll_fn};
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use http::{Request, Response};
+use tower_layer::Layer;
+use tower_service::Service;
+
+use crate::breaker::{BreakerConfig, CircuitBreaker};
+use crate::error::Error;
+use crate::http_rules;
+use crate::registry::Registry;
+use crate::retry::{Classify, Event, HttpStatus, Policy, PolicyBuilder, Reason, Verdict};
+
+pub use crate::http_rules::RetryOverride;
+
+/// The error of a [`Resilient`] service: the inner service's own error,
+/// or a [`resilience::Error`](crate::Error) (an open breaker, a spent
+/// retry budget, a passed deadline); `downcast_ref` to tell them apart.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// Applies a retry policy, and optionally a circuit breaker, to every
+/// request of an HTTP client [`Service`]; see the [module docs](self) for
+/// the rules.
+///
+/// ```
+/// use resilience::tower::ResilienceLayer;
+/// use resilience::Policy;
+///
+/// let layer = ResilienceLayer::new("users", Policy::http());
+/// assert_eq!(layer.policy().max_attempts(), 3);
+/// assert!(layer.breaker().is_none());
+/// ```
+#[derive(Debug, Clone)]
+pub struct ResilienceLayer {
+    name: &'static str,
+    policy: Policy,
+    breaker: Option<CircuitBreaker>,
+}
+
+impl ResilienceLayer {
+    /// A layer named `name` (in logs) that applies `policy`.
+    pub fn new(name: &'static str, policy: Policy) -> Self {
+        Self {
+            name,
+            policy,
+            breaker: None,
+        }
+    }
+
+    /// The policy and the breaker named `name` in the process-wide
+    /// [`registry`](crate::registry::global): what the config file or the
+    /// code registered for `name`, else the HTTP defaults. The breaker is
+    /// the one every `#[circuit_breaker(name = ...)]` of the same name
+    /// shares.
+    ///
+    /// ```
+    /// use resilience::tower::ResilienceLayer;
+    ///
+    /// let layer = ResilienceLayer::named("inventory");
+    /// assert_eq!(layer.breaker().unwrap().name(), "inventory");
+    /// ```
+    pub fn named(name: &'static str) -> Self {
+        Self::from_registry(crate::registry::global(), name)
+    }
+
+    /// Like [`named`](Self::named), from `registry`.
+    pub fn from_registry(registry: &Registry, name: &'static str) -> Self {
+        Self {
+            name,
+            policy: registry.policy(name, PolicyBuilder::http()),
+            breaker: Some(registry.breaker(name, BreakerConfig::new()).clone()),
+        }
+    }
+
+    /// Puts every request behind `breaker` (a clone shares its state).
+    #[must_use]
+    pub fn with_breaker(mut self, breaker: CircuitBreaker) -> Self {
+        self.breaker = Some(breaker);
+        self
+    }
+
+    /// The breaker, when there is one.
+    pub fn breaker(&self) -> Option<&CircuitBreaker> {
+        self.breaker.as_ref()
+    }
+
+    /// The name given to [`new`](Self::new).
+    pub fn name(&self) -> &'static str {
+        self.name
+    }
+
+    /// The retry policy applied to each request.
+    pub fn policy(&self) -> &Policy {
+        &self.policy
+    }
+}
+
+impl<S> Layer<S> for ResilienceLayer {
+    type Service = Resilient<S>;
+
+    fn layer(&self, inner: S) -> Resilient<S> {
+        Resilient {
+            inner,
+            layer: self.clone(),
+        }
+    }
+}
+
+/// The [`Service`] a [`ResilienceLayer`] wraps around a client.
+#[derive(Debug, Clone)]
+pub struct Resilient<S> {
+    inner: S,
+    layer: ResilienceLayer,
+}
+
+impl<S> Resilient<S> {
+    /// The wrapped client.
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+}
+
+/// One attempt's outcome as the retry executor and the breaker see it.
+enum Attempt<RB, E> {
+    /// A response whose status the classifier rejects; kept unread, so
+    /// that the last one can be returned as is.
+    Response(Box<Response<RB>>),
+    Transport(E),
+    Runtime(Error),
+}
+
+impl<RB, E> fmt::Debug for Attempt<RB, E> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Attempt::Response(response) => write!(f, "Response({})", response.status()),
+            Attempt::Transport(_) => f.write_str("Transport"),
+            Attempt::Runtime(err) => write!(f, "Runtime({err})"),
+        }
+    }
+}
+
+impl<RB, E> From<Error> for Attempt<RB, E> {
+    fn from(err: Error) -> Self {
+        Attempt::Runtime(err)
+    }
+}
+
+impl<RB, E> Classify for Attempt<RB, E> {
+    fn classify(&self) -> Verdict {
+        match self {
+            Attempt::Response(response) => {
+                http_rules::response_verdict(response.status(), response.headers())
+            }
+            // The guide retries every transport error; cancellation is a
+            // dropped future, which never gets here.
+            Attempt::Transport(_) => Verdict::Transient,
+            Attempt::Runtime(err) => err.classify(),
+        }
+    }
+
+    fn reason(&self) -> Option<Reason> {
+        match self {
+            Attempt::Response(response) => HttpStatus(response.status().as_u16()).reason(),
+            Attempt::Transport(_) => Some(Reason::Network),
+            Attempt::Runtime(err) => err.reason(),
+        }
+    }
+}
+
+fn judge<RB, E>(outcome: Result<Response<RB>, E>) -> Result<Response<RB>, Attempt<RB, E>> {
+    match outcome {
+        Ok(response)
+            if http_rules::response_verdict(response.status(), response.headers())
+                .is_retryable() =>
+        {
+            Err(Attempt::Response(Box::new(response)))
+        }
+        Ok(response) => Ok(response),
+        Err(err) => Err(Attempt::Transport(err)),
+    }
+}
+
+/// Back to what the service returns: the last response as is.
+fn settle<RB, E: Into<BoxError>>(
+    outcome: Result<Response<RB>, Attempt<RB, E>>,
+) -> Result<Response<RB>, BoxError> {
+    match outcome {
+        Ok(response) => Ok(response),
+        Err(Attempt::Response(response)) => Ok(*response),
+        Err(Attempt::Transport(err)) => Err(err.into()),
+        Err(Attempt::Runtime(err)) => Err(Box::new(err)),
+    }
+}
+
+/// A copy of `request` for one more attempt.
+fn copy<B: Clone>(request: &Request<B>) -> Request<B> {
+    let mut copy = Request::new(request.body().clone());
+    *copy.method_mut() = request.method().clone();
+    *copy.uri_mut() = request.uri().clone();
+    *copy.version_mut() = request.version();
+    *copy.headers_mut() = request.headers().clone();
+    *copy.extensions_mut() = request.extensions().clone();
+    copy
+}
+
+impl<S, B, RB> Service<Request<B>> for Resilient<S>
+where
+    S: Service<Request<B>, Response = Response<RB>> + Clone + Send + 'static,
+    S::Error: Into<BoxError> + Send + 'static,
+    S::Future: Send,
+    B: Clone + Send + Sync + 'static,
+    RB: Send + 'static,
+{
+    type Response = Response<RB>;
+    type Error = BoxError;
+    type Future = Pin<Box<dyn Future<Output = Result<Response<RB>, BoxError>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
+        self.inner.poll_ready(cx).map_err(Into::into)
+    }
+
+    fn call(&mut self, request: Request<B>) -> Self::Future {
+        // The service `poll_ready` made ready is the one to call first; the
+        // clone left in its place is polled ready again by the next caller.
+        let clone = self.inner.clone();
+        let ready = std::mem::replace(&mut self.inner, clone);
+        let layer = self.layer.clone();
+        Box::pin(async move { layer.run(ready, request).await })
+    }
+}
+
+impl ResilienceLayer {
+    async fn run<S, B, RB>(
+        self,
+        mut ready: S,
+        request: Request<B>,
+    ) -> Result<Response<RB>, BoxError>
+    where
+        S: Service<Request<B>, Response = Response<RB>> + Clone,
+        S::Error: Into<BoxError>,
+        B: Clone,
+    {
+        let name = self.name;
+        let once = if self.policy.max_attempts() <= 1 {
+            Some("the policy allows one attempt")
+        } else {
+            let asked = request.extensions().get::<RetryOverride>().copied();
+            http_rules::sent_once_because(request.method(), request.headers(), true, asked)
+        };
+        if let Some(reason) = once {
+            if self.policy.max_attempts() > 1 {
+                tracing::debug!(
+                    target: "resilience::tower",
+                    name,
+                    method = %request.method(),
+                    uri = %request.uri(),
+                    reason,
+                    "request sent once, not retried"
+                );
+            }
+            let once = async { judge(ready.call(request).await) };
+            return settle(match &self.breaker {
+                Some(breaker) => breaker.call(once).await,
+                None => once.await,
+            });
+        }
+        // Owned by the closure, so that the chain is `Send` without asking
+        // the client to be `Sync`.
+        let (template, inner) = (request, ready);
+        let chain = self
+            .policy
+            .retry(move || {
+                let mut service = inner.clone();
+                let request = copy(&template);
+                async move {
+                    poll_fn(|cx| service.poll_ready(cx))
+                        .await
+                        .map_err(Attempt::Transport)?;
+                    judge(service.call(request).await)
+                }
+            })
+            .notify(|event: &Event<'_, Attempt<RB, S::Error>>| {
+                if let Event::Retry { attempt, delay, .. } = event {
+                    tracing::debug!(target: "resilience::tower", name, attempt, ?delay, "retrying request");
+                }
+            });
+        settle(match &self.breaker {
+            Some(breaker) => breaker.call(chain).await,
+            None => chain.await,
+        })
+    }
+}
