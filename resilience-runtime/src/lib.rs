@@ -18,7 +18,7 @@
 //! - [`telemetry`]: the metrics, spans and events of the [guide](crate::guide#metrics-and-alerts);
 //! - `http` (feature `reqwest`): the reqwest integration;
 //! - `tower` (feature `tower`): a tower `Layer` applying a policy and a
-//!   breaker to any HTTP client `Service` (hyper, tonic's transport);
+//!   breaker to any HTTP client `Service` with a cloneable body (hyper);
 //! - `db` (feature `sqlx-postgres`): PostgreSQL transactions retried as a
 //!   whole on serialization failures and deadlocks.
 //!

@@ -1,6 +1,12 @@
 //! A tower [`Layer`] applying a retry policy and a circuit breaker to any
-//! HTTP client [`Service`] (cargo feature `tower`): a hyper client, a
-//! tonic channel, a client built of tower layers.
+//! HTTP client [`Service`] whose request body can be cloned (cargo feature
+//! `tower`): a hyper client, a client built of tower layers.
+//!
+//! A tonic channel's request body is a stream (`tonic::body::Body` is not
+//! `Clone`), so this layer cannot go below a tonic client as is: retry a
+//! gRPC call around the generated client's method (`#[retry]` on the fn
+//! that calls it, with the request rebuilt on each attempt) and keep this
+//! layer for HTTP clients with buffered bodies.
 //!
 //! The same rules, from the same code, as the reqwest middleware
 //! (`resilience::http::ResilienceMiddleware`, feature
