@@ -110,7 +110,11 @@ impl ResilienceLayer {
     /// [`registry`](crate::registry::global): what the config file or the
     /// code registered for `name`, else the HTTP defaults. The breaker is
     /// the one every `#[circuit_breaker(name = ...)]` of the same name
-    /// shares.
+    /// shares. A name that only layers use (no attribute carries it) is
+    /// declared in the builder
+    /// ([`RegistryBuilder::breaker`](crate::registry::RegistryBuilder::breaker),
+    /// [`RegistryBuilder::policy`](crate::registry::RegistryBuilder::policy))
+    /// for `install()` to accept its sections of the config file.
     ///
     /// ```
     /// use resilience::tower::ResilienceLayer;

@@ -75,7 +75,11 @@ impl ResilienceMiddleware {
     /// [`registry`](crate::registry::global): what the config file or the
     /// code registered for `name`, else the HTTP defaults of the guide ([retry](crate::guide#retry), [circuit breaker](crate::guide#circuit-breaker)).
     /// The breaker is the one every `#[circuit_breaker(name = ...)]` of the
-    /// same name shares.
+    /// same name shares. A name that only layers use (no attribute carries
+    /// it) is declared in the builder
+    /// ([`RegistryBuilder::breaker`](crate::registry::RegistryBuilder::breaker),
+    /// [`RegistryBuilder::policy`](crate::registry::RegistryBuilder::policy))
+    /// for `install()` to accept its sections of the config file.
     pub fn named(name: &'static str) -> Self {
         Self::from_registry(crate::registry::global(), name)
     }
