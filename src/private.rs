@@ -93,6 +93,9 @@ pub struct RetrySite {
     /// The breaker around the chain, whose name is the `target` of every
     /// series of the call.
     target: Option<&'static str>,
+    /// The retry budget its chains draw on: the attribute's `budget`, or
+    /// the breaker's name.
+    budget: Option<&'static str>,
     defaults: PolicyBuilder,
     /// The name, policy and labels, resolved together on the first call:
     /// the registry's service label is fixed once the global registry
@@ -141,6 +144,7 @@ impl RetrySite {
             default_name: false,
             in_impl: false,
             target: None,
+            budget: None,
             defaults,
             resolved: OnceLock::new(),
         }
@@ -166,6 +170,13 @@ impl RetrySite {
     /// series of one dependency joins on one label.
     pub const fn with_target(mut self, breaker: &'static str) -> Self {
         self.target = Some(breaker);
+        self
+    }
+
+    /// The same site, whose retries draw on the registry's budget `budget`
+    /// (by default, the breaker's name given to [`with_target`](Self::with_target)).
+    pub const fn with_budget(mut self, budget: &'static str) -> Self {
+        self.budget = Some(budget);
         self
     }
 
@@ -196,9 +207,13 @@ impl RetrySite {
                 _ => self.name,
             };
             let registry = registry::global();
+            let mut policy = registry.policy(name, self.defaults);
+            if let Some(budget) = self.budget.or(self.target) {
+                policy = policy.with_budget(registry.budget(budget));
+            }
             Resolved {
                 name,
-                policy: registry.policy(name, self.defaults),
+                policy,
                 labels: Labels::new(registry.service(), self.target.unwrap_or(name)),
             }
         })

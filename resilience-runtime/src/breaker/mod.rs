@@ -130,7 +130,7 @@ mod state;
 mod sync;
 #[cfg(not(loom))]
 mod ticker;
-mod window;
+pub(crate) mod window;
 
 #[cfg(all(test, loom))]
 mod loom_tests;

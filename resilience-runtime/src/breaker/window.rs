@@ -12,6 +12,9 @@
 
 use super::config::BUCKETS;
 use super::owner::{self, OWNED};
+
+/// The owned stripes of a window with one per owning thread.
+pub(crate) const OWNED_STRIPES: usize = OWNED;
 use super::sync::{AtomicBool, AtomicU64, Ordering::*};
 
 /// Counts of the calls in a window.

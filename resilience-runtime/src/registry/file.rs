@@ -8,7 +8,7 @@ use serde::Deserialize;
 
 use crate::breaker::{BreakerConfig, Sharing};
 use crate::error::ConfigError;
-use crate::retry::{Jitter, PolicyBuilder};
+use crate::retry::{BudgetConfig, Jitter, PolicyBuilder};
 
 /// A parsed and checked config file.
 #[derive(Debug, Default)]
@@ -18,6 +18,7 @@ pub(super) struct FileConfig {
     defaults: BreakerSection,
     breakers: HashMap<String, BreakerSection>,
     retry: HashMap<String, RetrySection>,
+    budgets: HashMap<String, BudgetSection>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -32,6 +33,32 @@ struct Raw {
     breakers: toml::Table,
     #[serde(default)]
     retry: toml::Table,
+    #[serde(default)]
+    budgets: toml::Table,
+}
+
+/// The keys of a `[budgets.<name>]` section.
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct BudgetSection {
+    ratio: Option<f64>,
+    min_per_second: Option<u32>,
+    ttl: Option<String>,
+}
+
+impl BudgetSection {
+    fn apply(&self, mut c: BudgetConfig) -> Result<BudgetConfig, ConfigError> {
+        if let Some(ratio) = self.ratio {
+            c = c.with_ratio(ratio);
+        }
+        if let Some(min) = self.min_per_second {
+            c = c.with_min_per_second(min);
+        }
+        if let Some(ttl) = &self.ttl {
+            c = c.with_ttl(duration("ttl", ttl)?);
+        }
+        Ok(c)
+    }
 }
 
 /// The keys of a `[breakers.<name>]` or `[defaults]` section: the names of
@@ -150,6 +177,25 @@ impl FileConfig {
             }
             retry.insert(name, policy);
         }
+        let mut budgets = HashMap::new();
+        for (name, value) in raw.budgets {
+            let header = format!("[budgets.{}]", super::toml_key(&name));
+            let subject = || section(header.clone());
+            let budget = match read_table::<BudgetSection>(value) {
+                Ok(budget) => budget,
+                Err(err) => {
+                    errors.extend(at_line(err, &header, "budgets", &name));
+                    continue;
+                }
+            };
+            if let Err(err) = budget
+                .apply(BudgetConfig::new())
+                .and_then(|c| c.validate())
+            {
+                errors.push(err.with_subject(subject()));
+            }
+            budgets.insert(name, budget);
+        }
         if let Some(service) = &raw.service {
             if service.trim().is_empty() {
                 errors.push(ConfigError::new(
@@ -169,6 +215,7 @@ impl FileConfig {
             defaults,
             breakers,
             retry,
+            budgets,
         })
     }
 
@@ -198,6 +245,14 @@ impl FileConfig {
         match self.breakers.get(name) {
             Some(section) => section.apply(with_defaults).unwrap_or(with_defaults),
             None => with_defaults,
+        }
+    }
+
+    /// `[budgets.<name>]` over `base`, checked at load time.
+    pub(super) fn budget(&self, name: &str, base: BudgetConfig) -> BudgetConfig {
+        match self.budgets.get(name) {
+            Some(section) => section.apply(base).unwrap_or(base),
+            None => base,
         }
     }
 

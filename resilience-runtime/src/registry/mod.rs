@@ -43,6 +43,11 @@
 //! max_elapsed = "5s"
 //! attempt_timeout = "800ms"
 //! max_retry_after = "60s"     # the longest `Retry-After` pause honoured
+//!
+//! [budgets.user]              # the retry budget of every chain to `user`
+//! ratio = 0.2                 # retries: 20 % of the calls …
+//! min_per_second = 10         # … plus 10 per second …
+//! ttl = "10s"                 # … over the last 10 s
 //! ```
 //!
 //! Unknown keys, wrong types and out-of-range values are errors naming the
@@ -109,7 +114,7 @@ use std::sync::{OnceLock, RwLock};
 
 use crate::breaker::{BreakerConfig, CircuitBreaker};
 use crate::error::ConfigError;
-use crate::retry::{Policy, PolicyBuilder};
+use crate::retry::{Budget, BudgetConfig, Policy, PolicyBuilder};
 
 use self::file::FileConfig;
 #[doc(hidden)]
@@ -222,7 +227,9 @@ struct Shared {
     code_policies: HashMap<String, Policy>,
     /// Hooks to attach to a breaker when it is created, by name.
     hooks: HashMap<String, Vec<Hook>>,
+    code_budgets: HashMap<String, BudgetConfig>,
     live: HashMap<&'static str, Live>,
+    budgets: HashMap<String, &'static Budget>,
 }
 
 struct Live {
@@ -516,6 +523,58 @@ impl Registry {
         ConfigError::combine(errors).map_or(Ok(()), Err)
     }
 
+    /// The retry budget named `name`, shared by every chain that names it:
+    /// created at the first call from `[budgets.<name>]` of the file over
+    /// the code's [`RegistryBuilder::budget`] over the defaults
+    /// ([`BudgetConfig::new`]). Leaked once per name.
+    ///
+    /// ```
+    /// use resilience::registry::Registry;
+    /// use resilience::retry::Policy;
+    ///
+    /// let registry = Registry::builder()
+    ///     .config_str("[budgets.user]\nratio = 0.1\n", "inline")?
+    ///     .build()?;
+    /// let budget = registry.budget("user");
+    /// assert_eq!(budget.config().ratio(), 0.1);
+    /// assert!(std::ptr::eq(budget, registry.budget("user")));
+    /// let policy = Policy::http().with_budget(budget);
+    /// # let _ = policy;
+    /// # Ok::<(), resilience::ConfigError>(())
+    /// ```
+    pub fn budget(&self, name: &str) -> &'static Budget {
+        if let Some(budget) = self.read().budgets.get(name) {
+            return budget;
+        }
+        let mut shared = self.write();
+        if let Some(budget) = shared.budgets.get(name) {
+            return budget;
+        }
+        let from_code = shared
+            .code_budgets
+            .get(name)
+            .copied()
+            .unwrap_or_default();
+        let leaked: &'static str = Box::leak(name.to_owned().into_boxed_str());
+        let budget = self
+            .file
+            .budget(name, from_code)
+            .build_named(leaked)
+            .or_else(|err| {
+                tracing::error!(
+                    budget = name,
+                    error = %err,
+                    "the configuration file and the code combine into an invalid retry budget; using the code's values"
+                );
+                from_code.build_named(leaked)
+            })
+            .or_else(|_| BudgetConfig::new().build_named(leaked))
+            .unwrap_or_else(|_| unreachable!("the default budget config is valid"));
+        let budget: &'static Budget = Box::leak(Box::new(budget));
+        shared.budgets.insert(name.to_owned(), budget);
+        budget
+    }
+
     /// The service this process is, for the `service` label of metrics.
     pub fn service(&self) -> &'static str {
         self.service
@@ -655,6 +714,13 @@ impl RegistryBuilder {
         }
     }
 
+    /// The configuration of the retry budget `name`
+    /// ([`Registry::budget`]); the config file still wins over it.
+    pub fn budget(mut self, name: impl Into<String>, config: BudgetConfig) -> Self {
+        self.shared.code_budgets.insert(name.into(), config);
+        self
+    }
+
     /// Checks TOML text as if read from a file named `origin`.
     pub fn config_str(mut self, toml: &str, origin: &str) -> Result<Self, ConfigError> {
         self.file = Some(FileConfig::parse(toml, origin)?);
@@ -667,6 +733,11 @@ impl RegistryBuilder {
             config
                 .validate()
                 .map_err(|err| err.with_subject(format!("circuit breaker `{name}`")))?;
+        }
+        for (name, config) in &self.shared.code_budgets {
+            config
+                .validate()
+                .map_err(|err| err.with_subject(format!("retry budget `{name}`")))?;
         }
         Ok(self.build_lenient())
     }

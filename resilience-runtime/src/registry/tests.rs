@@ -288,3 +288,56 @@ fn a_shared_breaker_from_the_file() {
     let err = file_error("[breakers.user]\nshared = \"memcached://x\"\n");
     assert_eq!((err.field(), err.value()), ("shared", "\"memcached://x\""));
 }
+
+#[test]
+fn budgets_come_from_the_file_over_the_code_over_the_defaults() {
+    let r = Registry::builder()
+        .budget(
+            "user",
+            BudgetConfig::new().with_min_per_second(3).with_ratio(0.5),
+        )
+        .budget("orders", BudgetConfig::new().with_ratio(0.05))
+        .config_str("[budgets.user]\nratio = 0.1\nttl = \"20s\"\n", "resilience.toml")
+        .unwrap()
+        .build()
+        .unwrap();
+    let user = r.budget("user");
+    assert!(std::ptr::eq(user, r.budget("user")));
+    assert_eq!(user.name(), "user");
+    assert_eq!(
+        *user.config(),
+        BudgetConfig::new()
+            .with_ratio(0.1)
+            .with_min_per_second(3)
+            .with_ttl(Duration::from_secs(20))
+    );
+    assert_eq!(r.budget("orders").config().ratio(), 0.05);
+    assert_eq!(*r.budget("billing").config(), BudgetConfig::new());
+}
+
+#[test]
+fn a_bad_budget_value_names_the_file_the_section_and_the_key() {
+    for (toml, field) in [
+        ("[budgets.user]\nratio = 20.0\n", "ratio"),
+        ("[budgets.user]\nttl = \"100ms\"\n", "ttl"),
+        ("[budgets.user]\nttl = \"soon\"\n", "ttl"),
+        ("[budgets.user]\nratio = 0.0\nmin_per_second = 0\n", "min_per_second"),
+    ] {
+        let err = Registry::builder()
+            .config_str(toml, "resilience.toml")
+            .unwrap_err();
+        assert_eq!(err.field(), field, "{toml}");
+        assert!(err.subject().contains("[budgets.user]"), "{err}");
+        assert!(err.subject().contains("resilience.toml"), "{err}");
+    }
+    let err = Registry::builder()
+        .config_str("[budgets.user]\nretries = 3\n", "resilience.toml")
+        .unwrap_err();
+    assert!(err.to_string().contains("retries"), "{err}");
+    let err = Registry::builder()
+        .budget("user", BudgetConfig::new().with_ratio(-0.5))
+        .build()
+        .unwrap_err();
+    assert_eq!(err.field(), "ratio");
+    assert!(err.subject().contains("retry budget `user`"), "{err}");
+}

@@ -278,6 +278,7 @@ impl<R, P: Borrow<Policy>, S: Slot> Attempts<R, P, S> {
             && self.start.is_none()
             && !self.policy().has_attempt_timeout()
         {
+            self.deposit();
             self.attempt += 1;
             return true;
         }
@@ -313,8 +314,19 @@ impl<R, P: Borrow<Policy>, S: Slot> Attempts<R, P, S> {
             }
             timer = Some(until);
         }
+        if self.attempt == 0 {
+            self.deposit();
+        }
         self.attempt += 1;
         Ok(timer)
+    }
+
+    /// A logical call starts: its deposit in the policy's budget, if any.
+    #[inline(always)]
+    fn deposit(&self) {
+        if let Some(budget) = self.policy().budget() {
+            budget.deposit();
+        }
     }
 
     /// The attempt in flight is pending and [`begin`](Self::begin) armed no
@@ -413,6 +425,11 @@ impl<R: RngCore, P: Borrow<Policy>, S: Slot> Attempts<R, P, S> {
         }
         if delay >= budget_left {
             return Next::GiveUp(GiveUp::Elapsed);
+        }
+        // Last: a retry that would not be made for another reason takes
+        // nothing from the budget.
+        if self.policy().budget().is_some_and(|budget| !budget.withdraw()) {
+            return Next::GiveUp(GiveUp::BudgetEmpty);
         }
         Next::Retry {
             delay,

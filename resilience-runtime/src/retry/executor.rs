@@ -126,11 +126,15 @@ pub enum GiveUp {
     /// transaction helper, and refused before its first attempt
     /// ([`Error::RetryInsideTransaction`](crate::Error::RetryInsideTransaction)).
     InTransaction,
+    /// The next retry would have been made, but the chain's retry
+    /// [`Budget`](super::Budget) was empty: the caller gets the error of
+    /// the attempt made.
+    BudgetEmpty,
 }
 
 impl GiveUp {
-    /// A short label: `permanent`, `exhausted`, `elapsed`, `deadline` or
-    /// `nested`.
+    /// A short label: `permanent`, `exhausted`, `elapsed`, `deadline`,
+    /// `nested`, `in_transaction` or `budget_empty`.
     pub const fn as_str(self) -> &'static str {
         match self {
             GiveUp::Permanent => "permanent",
@@ -139,6 +143,7 @@ impl GiveUp {
             GiveUp::Deadline => "deadline",
             GiveUp::Nested => "nested",
             GiveUp::InTransaction => "in_transaction",
+            GiveUp::BudgetEmpty => "budget_empty",
         }
     }
 }

@@ -9,7 +9,9 @@
 //! - [`Classify`]: the one source of truth on what may be retried (the guide's rules on [what may be retried](crate::guide#what-may-be-retried));
 //! - [`Retry`]: the executor, a future that runs an async operation under a
 //!   policy;
-//! - [`Attempts`]: the same rules for code that drives its own loop.
+//! - [`Attempts`]: the same rules for code that drives its own loop;
+//! - [`Budget`]: the retries of every chain to one dependency, capped at a
+//!   share of its calls.
 //!
 //! ```
 //! use resilience::retry::{HttpStatus, Policy};
@@ -40,6 +42,7 @@
 
 mod attempts;
 mod backoff;
+pub mod budget;
 mod classify;
 mod executor;
 pub mod layer;
@@ -47,6 +50,7 @@ mod policy;
 mod retry_after;
 
 pub use attempts::{AttemptTimer, Attempts, Cut, Kept, Next, NotKept, Slot};
+pub use budget::{Budget, BudgetConfig};
 pub use backoff::{Backoff, Delays, Growth, Jitter, MIN_JITTER};
 pub use classify::{
     AsHttpStatus, Classify, FromRuntimeError, HttpStatus, Outcome, Reason, SqlState, Verdict,

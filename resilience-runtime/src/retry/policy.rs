@@ -4,6 +4,7 @@ use std::num::NonZeroU64;
 use std::time::Duration;
 
 use super::backoff::{Backoff, Jitter};
+use super::budget::Budget;
 use crate::duration_nanos;
 use crate::error::ConfigError;
 
@@ -42,6 +43,9 @@ pub struct Policy {
     attempt_timeout: Option<NonZeroU64>,
     // In nanoseconds: the longest pause a server's `Retry-After` may ask for.
     max_retry_after: u64,
+    /// The retry budget it draws on, shared with the other chains to the
+    /// same dependency.
+    budget: Option<&'static Budget>,
 }
 
 impl Default for Policy {
@@ -134,6 +138,32 @@ impl Policy {
             Some(nanos) => Some(Duration::from_nanos(nanos.get())),
             None => None,
         }
+    }
+
+    /// The same policy, whose retries draw on `budget`: a retry the budget
+    /// cannot pay for is not made, and the chain ends with the error of
+    /// the attempt it made ([`GiveUp::BudgetEmpty`](super::GiveUp::BudgetEmpty)).
+    /// Every chain under it deposits once per call. [`to_builder`](Self::to_builder)
+    /// leaves the budget out.
+    ///
+    /// ```
+    /// use resilience::retry::{Budget, BudgetConfig, Policy};
+    ///
+    /// static USER: std::sync::LazyLock<Budget> =
+    ///     std::sync::LazyLock::new(|| BudgetConfig::new().build().unwrap());
+    /// let policy = Policy::http().with_budget(&USER);
+    /// assert!(policy.budget().is_some());
+    /// assert_eq!(policy.to_builder().build().unwrap(), Policy::http());
+    /// ```
+    pub const fn with_budget(mut self, budget: &'static Budget) -> Self {
+        self.budget = Some(budget);
+        self
+    }
+
+    /// The retry budget its chains draw on, if any.
+    #[inline(always)]
+    pub const fn budget(&self) -> Option<&'static Budget> {
+        self.budget
     }
 
     /// Whether attempts run under a timeout of their own, without building
@@ -334,6 +364,7 @@ impl PolicyBuilder {
             max_elapsed: duration_nanos(self.max_elapsed),
             attempt_timeout,
             max_retry_after: duration_nanos(self.max_retry_after),
+            budget: None,
         }
     }
 }

@@ -11,7 +11,7 @@ mod facade {
 
     use super::super::{
         BREAKER_SHARED_FALLBACK, BREAKER_STATE, BREAKER_TRIPS_TOTAL, DEPENDENCY_ERRORS_TOTAL,
-        FALLBACKS_TOTAL, REQUEST_DURATION_SECONDS, RETRIES_TOTAL,
+        FALLBACKS_TOTAL, REQUEST_DURATION_SECONDS, RETRIES_TOTAL, RETRY_BUDGET_EXHAUSTED_TOTAL,
     };
     use super::Labels;
 
@@ -188,6 +188,11 @@ mod facade {
                 name(DEPENDENCY_ERRORS_TOTAL),
                 Some(Unit::Count),
                 text("Failures that are the dependency's fault, by reason (timeout, 5xx, circuit_open, network)."),
+            );
+            r.describe_counter(
+                name(RETRY_BUDGET_EXHAUSTED_TOTAL),
+                Some(Unit::Count),
+                text("Retries not made because the retry budget of the dependency was empty."),
             );
             r.describe_counter(
                 name(FALLBACKS_TOTAL),

@@ -17,6 +17,7 @@
 //! | [`dependency_errors_total`](DEPENDENCY_ERRORS_TOTAL) | counter | `service`, `target`, `reason` |
 //! | [`circuit_breaker_shared_fallback`](BREAKER_SHARED_FALLBACK) | gauge: 1 while a shared breaker decides alone | `service`, `target` |
 //! | [`http_client_fallbacks_total`](FALLBACKS_TOTAL) | counter | `service`, `target`, `kind` |
+//! | [`http_client_retry_budget_exhausted_total`](RETRY_BUDGET_EXHAUSTED_TOTAL) | counter: retries refused by an empty budget | `service`, `target` |
 //!
 //! Every label value comes from a closed set or from names fixed at startup,
 //! so the number of series stays bounded: no error message, id or URL ever
@@ -130,6 +131,11 @@ pub const DEPENDENCY_ERRORS_TOTAL: &str = "dependency_errors_total";
 /// `http_client_fallbacks_total{service,target,kind}`: a counter of calls
 /// answered by a fallback (the guide's rules on [fallbacks](crate::guide#fallbacks)).
 pub const FALLBACKS_TOTAL: &str = "http_client_fallbacks_total";
+/// `http_client_retry_budget_exhausted_total{service,target}`: a counter of
+/// retries not made because the chain's retry
+/// [`Budget`](crate::retry::Budget) was empty; each such chain also records
+/// its last attempt as `exhausted` in [`RETRIES_TOTAL`].
+pub const RETRY_BUDGET_EXHAUSTED_TOTAL: &str = "http_client_retry_budget_exhausted_total";
 
 /// Histogram buckets for [`REQUEST_DURATION_SECONDS`], in seconds: from a
 /// fast local answer (5 ms) to a whole retry budget (the guide's rules on [retry](crate::guide#retry): ≤ 5 s, up to

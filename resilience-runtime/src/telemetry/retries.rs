@@ -2,7 +2,10 @@
 
 use crate::retry::{Classify, Event, GiveUp, Notify, Reason, Verdict};
 
-use super::{AttemptResult, DEPENDENCY_ERRORS_TOTAL, Labels, RETRIES_TOTAL, attempt_label, emit};
+use super::{
+    AttemptResult, DEPENDENCY_ERRORS_TOTAL, Labels, RETRIES_TOTAL, RETRY_BUDGET_EXHAUSTED_TOTAL,
+    attempt_label, emit,
+};
 
 /// A [`Notify`] hook that turns each attempt of a retry chain into
 /// `http_client_retries_total`, `dependency_errors_total` and a tracing
@@ -13,6 +16,7 @@ use super::{AttemptResult, DEPENDENCY_ERRORS_TOTAL, Labels, RETRIES_TOTAL, attem
 /// | success | `success` | – | DEBUG |
 /// | transient failure, retried | `retry` | when [`Classify::reason`] is `Some` | INFO, with the pause |
 /// | gave up: attempts, `max_elapsed` or deadline | `exhausted` | when [`Classify::reason`] is `Some` | WARN |
+/// | gave up: the retry budget is empty | `exhausted`, and one `http_client_retry_budget_exhausted_total` | when [`Classify::reason`] is `Some` | WARN, `give_up = "budget_empty"` |
 /// | gave up: permanent error | none (see the [module docs](super)) | when [`Classify::reason`] is `Some` | DEBUG |
 ///
 /// Rejections by a circuit breaker (`circuit_open`) are counted by the
@@ -221,6 +225,9 @@ impl RetryMetrics {
                 );
                 self.attempt(attempt, AttemptResult::Exhausted);
                 self.dependency_error(reason);
+                if why == GiveUp::BudgetEmpty {
+                    emit::increment(RETRY_BUDGET_EXHAUSTED_TOTAL, self.labels, &[]);
+                }
             }
         }
     }
