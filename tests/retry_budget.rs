@@ -76,9 +76,15 @@ async fn a_budget_caps_the_load_on_a_dependency_that_is_down() {
     );
     assert_eq!(without, 3.0);
     // The floor adds at most `min_per_second / RATE` per call.
-    assert!(with_default <= 1.2 + 10.0 / RATE as f64 + 0.01, "{with_default}");
+    assert!(
+        with_default <= 1.2 + 10.0 / RATE as f64 + 0.01,
+        "{with_default}"
+    );
     assert!(ratio_only <= 1.2, "{ratio_only}");
-    assert!(ratio_only > 1.15, "the budget is spent, not hoarded: {ratio_only}");
+    assert!(
+        ratio_only > 1.15,
+        "the budget is spent, not hoarded: {ratio_only}"
+    );
 }
 
 /// Deposits made while nothing was retried are sorted into the window at
@@ -107,5 +113,8 @@ async fn a_call_after_a_quiet_spell_is_retried_until_the_budget_is_empty() {
     // 20 % of the 20 quiet calls and of the failing calls themselves.
     assert_eq!(per_call[0], 3);
     assert_eq!(per_call.iter().sum::<u32>(), 10 + 6, "{per_call:?}");
-    assert!(per_call.contains(&1), "the budget ran dry: one attempt, its error: {per_call:?}");
+    assert!(
+        per_call.contains(&1),
+        "the budget ran dry: one attempt, its error: {per_call:?}"
+    );
 }

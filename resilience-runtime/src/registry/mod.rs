@@ -550,11 +550,7 @@ impl Registry {
         if let Some(budget) = shared.budgets.get(name) {
             return budget;
         }
-        let from_code = shared
-            .code_budgets
-            .get(name)
-            .copied()
-            .unwrap_or_default();
+        let from_code = shared.code_budgets.get(name).copied().unwrap_or_default();
         let leaked: &'static str = Box::leak(name.to_owned().into_boxed_str());
         let budget = self
             .file

@@ -297,7 +297,10 @@ fn budgets_come_from_the_file_over_the_code_over_the_defaults() {
             BudgetConfig::new().with_min_per_second(3).with_ratio(0.5),
         )
         .budget("orders", BudgetConfig::new().with_ratio(0.05))
-        .config_str("[budgets.user]\nratio = 0.1\nttl = \"20s\"\n", "resilience.toml")
+        .config_str(
+            "[budgets.user]\nratio = 0.1\nttl = \"20s\"\n",
+            "resilience.toml",
+        )
         .unwrap()
         .build()
         .unwrap();
@@ -321,7 +324,10 @@ fn a_bad_budget_value_names_the_file_the_section_and_the_key() {
         ("[budgets.user]\nratio = 20.0\n", "ratio"),
         ("[budgets.user]\nttl = \"100ms\"\n", "ttl"),
         ("[budgets.user]\nttl = \"soon\"\n", "ttl"),
-        ("[budgets.user]\nratio = 0.0\nmin_per_second = 0\n", "min_per_second"),
+        (
+            "[budgets.user]\nratio = 0.0\nmin_per_second = 0\n",
+            "min_per_second",
+        ),
     ] {
         let err = Registry::builder()
             .config_str(toml, "resilience.toml")

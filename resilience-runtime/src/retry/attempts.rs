@@ -428,7 +428,11 @@ impl<R: RngCore, P: Borrow<Policy>, S: Slot> Attempts<R, P, S> {
         }
         // Last: a retry that would not be made for another reason takes
         // nothing from the budget.
-        if self.policy().budget().is_some_and(|budget| !budget.withdraw()) {
+        if self
+            .policy()
+            .budget()
+            .is_some_and(|budget| !budget.withdraw())
+        {
             return Next::GiveUp(GiveUp::BudgetEmpty);
         }
         Next::Retry {

@@ -323,7 +323,10 @@ mod tests {
         for _ in 0..100 {
             budget.deposit();
         }
-        assert!(budget.withdraw(), "the deposits are sorted in at the first withdrawal");
+        assert!(
+            budget.withdraw(),
+            "the deposits are sorted in at the first withdrawal"
+        );
         tokio::time::advance(Duration::from_secs(5)).await;
         let later = (0..100).take_while(|_| budget.withdraw()).count();
         assert_eq!(later, 19, "20 % of 100 calls, one taken already");

@@ -50,8 +50,8 @@ mod policy;
 mod retry_after;
 
 pub use attempts::{AttemptTimer, Attempts, Cut, Kept, Next, NotKept, Slot};
-pub use budget::{Budget, BudgetConfig};
 pub use backoff::{Backoff, Delays, Growth, Jitter, MIN_JITTER};
+pub use budget::{Budget, BudgetConfig};
 pub use classify::{
     AsHttpStatus, Classify, FromRuntimeError, HttpStatus, Outcome, Reason, SqlState, Verdict,
 };
