@@ -188,10 +188,7 @@ impl FileConfig {
                     continue;
                 }
             };
-            if let Err(err) = budget
-                .apply(BudgetConfig::new())
-                .and_then(|c| c.validate())
-            {
+            if let Err(err) = budget.apply(BudgetConfig::new()).and_then(|c| c.validate()) {
                 errors.push(err.with_subject(subject()));
             }
             budgets.insert(name, budget);
