@@ -104,6 +104,25 @@ async fn get_user_by_hand(id: u64) -> Result<u64, Error> {
         .await
 }
 
+// The same, drawing on a retry budget: one deposit per call, on this
+// thread's stripe.
+#[inline(never)]
+async fn get_user_by_hand_budgeted(id: u64) -> Result<u64, Error> {
+    static BUDGET: std::sync::OnceLock<resilience::retry::Budget> = std::sync::OnceLock::new();
+    static POLICY: std::sync::OnceLock<Policy> = std::sync::OnceLock::new();
+    let policy = *POLICY.get_or_init(|| {
+        let budget = BUDGET.get_or_init(|| {
+            resilience::retry::BudgetConfig::new()
+                .build()
+                .expect("a valid budget")
+        });
+        resolved_policy().with_budget(budget)
+    });
+    policy
+        .retry(|| async move { ready(Ok(black_box(id) + 1)).await })
+        .await
+}
+
 // The same, with the telemetry the attributes emit (span, duration,
 // attempt metrics): the like-for-like comparison for the macros' own cost.
 const BY_HAND: Labels = Labels::new("unknown_service", "bench-by-hand");
@@ -157,6 +176,9 @@ fn retry_success_path(c: &mut Criterion) {
     group.bench_function("bare fn", |b| b.iter(|| poll_once(get_user(black_box(7)))));
     group.bench_function("runtime by hand (Policy::retry)", |b| {
         b.iter(|| poll_once(get_user_by_hand(black_box(7))))
+    });
+    group.bench_function("runtime by hand, with a retry budget", |b| {
+        b.iter(|| poll_once(get_user_by_hand_budgeted(black_box(7))))
     });
     group.bench_function("runtime by hand, same telemetry", |b| {
         b.iter(|| poll_once(get_user_by_hand_observed(black_box(7))))
