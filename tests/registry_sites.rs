@@ -23,6 +23,13 @@ async fn get_stock(script: &Script) -> Result<(), ClientError> {
     script.send().await
 }
 
+// The config file's spelling, and its count window, in the attributes.
+#[circuit_breaker(name = "orders", min = 4, window_calls = 50)]
+#[retry(name = "orders.list", max_attempts = 3)]
+async fn list_orders(script: &Script) -> Result<(), ClientError> {
+    script.send().await
+}
+
 #[retry(max = 4)]
 async fn get_unnamed(script: &Script) -> Result<(), ClientError> {
     script.send().await
@@ -232,7 +239,48 @@ async fn a_hook_attached_by_name_in_the_builder_sees_the_state_changes() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn attribute_and_file_share_one_vocabulary() {
+    let registry = with("");
+    let orders = registry.find_breaker("orders").unwrap();
+    assert_eq!(
+        orders.config().window(),
+        resilience::breaker::Window::Count(50)
+    );
+    let listed = registry
+        .sites()
+        .into_iter()
+        .find(|s| s.name == "orders.list")
+        .unwrap();
+    match listed.config {
+        SiteConfig::Retry(policy) => assert_eq!(policy.max_attempts(), 3),
+        other => panic!("{other:?}"),
+    }
+    // The same keys in the file; `slow_call` in the attribute's form too.
+    let registry = with(
+        "[breakers.orders]\nwindow_calls = 80\nslow_call = { threshold = \"2s\", ratio = 0.8 }\n\n[retry.\"orders.list\"]\nmax_attempts = 2\n",
+    );
+    let orders = registry.find_breaker("orders").unwrap();
+    assert_eq!(
+        orders.config().window(),
+        resilience::breaker::Window::Count(80)
+    );
+    let slow = orders.config().slow_call().unwrap();
+    assert_eq!(
+        (slow.threshold, slow.ratio),
+        (std::time::Duration::from_secs(2), 0.8)
+    );
+    let err = Registry::builder()
+        .config_str(
+            "[breakers.orders]\nslow_call = { threshold = \"2s\", ratio = 0.8 }\nslow_ratio = 0.5\n",
+            "config.toml",
+        )
+        .unwrap_err();
+    assert_eq!((err.field(), err.value()), ("slow_ratio", "0.5"));
+}
+
+#[tokio::test(start_paused = true)]
 async fn the_sites_run() {
+    assert_eq!(list_orders(&Script::new(&[200])).await, Ok(()));
     // The fns above are called too, so that none is dead code.
     assert_eq!(get_user(&Script::new(&[200])).await, Ok(()));
     assert_eq!(get_stock(&Script::new(&[200])).await, Ok(()));

@@ -59,6 +59,7 @@ pub(crate) struct BreakerArgs {
     pub(crate) ratio: Option<Arg<f64>>,
     pub(crate) min: Option<Arg<u32>>,
     pub(crate) window: Option<Arg<Duration>>,
+    pub(crate) window_calls: Option<Arg<u32>>,
     pub(crate) cooldown: Option<Arg<Duration>>,
     pub(crate) half_open: Option<Arg<u32>>,
     pub(crate) probe_timeout: Option<Arg<Duration>>,
@@ -128,6 +129,7 @@ impl Method {
 
 const RETRY_KEYS: &[&str] = &[
     "max",
+    "max_attempts",
     "initial",
     "multiplier",
     "max_interval",
@@ -146,6 +148,7 @@ const BREAKER_KEYS: &[&str] = &[
     "ratio",
     "min",
     "window",
+    "window_calls",
     "cooldown",
     "half_open",
     "probe_timeout",
@@ -156,7 +159,6 @@ const BREAKER_KEYS: &[&str] = &[
 
 /// Names other libraries use, mapped to ours.
 const ALIASES: &[(&str, &str)] = &[
-    ("max_attempts", "max"),
     ("attempts", "max"),
     ("retries", "max"),
     ("max_retries", "max"),
@@ -195,7 +197,9 @@ pub(crate) fn parse_retry(tokens: TokenStream, errors: &mut Errors) -> RetryArgs
             return Err(meta.error("expected an argument name such as `max` or `initial`"));
         };
         match key.as_str() {
-            "max" => one(&mut args.max, &meta, errors, |v| attempts(v, "max")),
+            // One argument, two spellings: the config file's `max_attempts`
+            // is accepted here too.
+            "max" | "max_attempts" => one(&mut args.max, &meta, errors, |v| attempts(v, &key)),
             "initial" => one(&mut args.initial, &meta, errors, duration_value),
             "multiplier" => one(&mut args.multiplier, &meta, errors, float),
             "max_interval" => one(&mut args.max_interval, &meta, errors, duration_value),
@@ -240,6 +244,9 @@ pub(crate) fn parse_breaker(tokens: TokenStream, errors: &mut Errors) -> Breaker
             "ratio" => one(&mut args.ratio, &meta, errors, float),
             "min" => one(&mut args.min, &meta, errors, |v| count(v, "min")),
             "window" => one(&mut args.window, &meta, errors, duration_value),
+            "window_calls" => one(&mut args.window_calls, &meta, errors, |v| {
+                count(v, "window_calls")
+            }),
             "cooldown" => one(&mut args.cooldown, &meta, errors, duration_value),
             "half_open" => one(&mut args.half_open, &meta, errors, |v| {
                 count(v, "half_open")
@@ -295,10 +302,14 @@ fn one<T>(
     let value: Expr = meta.value()?.parse()?;
     let tokens = quote!(#key = #value);
     if slot.is_some() {
-        errors.push(syn::Error::new_spanned(
-            &tokens,
-            format!("`{}` specified more than once", key.to_token_stream()),
-        ));
+        let name = key.to_token_stream().to_string();
+        let message = match name.as_str() {
+            "max" | "max_attempts" => {
+                "`max` specified more than once (`max_attempts` is the same argument)".to_owned()
+            }
+            _ => format!("`{name}` specified more than once"),
+        };
+        errors.push(syn::Error::new_spanned(&tokens, message));
         return Ok(());
     }
     match convert(&value) {

@@ -341,6 +341,10 @@ fn breaker_config(args: &BreakerArgs) -> TokenStream {
         let window = duration(window.get());
         config.extend(quote!(.with_window(#window)));
     }
+    if let Some(calls) = &args.window_calls {
+        let calls = Literal::u32_suffixed(calls.get());
+        config.extend(quote!(.with_count_window(#calls)));
+    }
     if let Some(cooldown) = &args.cooldown {
         let cooldown = duration(cooldown.get());
         config.extend(quote!(.with_cooldown(#cooldown)));

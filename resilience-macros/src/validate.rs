@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use syn::{Attribute, ItemFn, Signature};
 
-use crate::args::{BreakerArgs, RetryArgs, RetryPreset};
+use crate::args::{BreakerArgs, BreakerPreset, RetryArgs, RetryPreset};
 use crate::duration::display;
 use crate::errors::Errors;
 
@@ -164,6 +164,26 @@ pub(crate) fn breaker(args: &BreakerArgs, errors: &mut Errors) {
             errors.push(half_open.error(format!(
                 "`half_open = {}` is more than the limit of 65535 probes: the probe counter holds no more, so the breaker could never close again\n  = help: the default is 1 probe; a few (1 to 10) are enough to see a dependency recover",
                 half_open.get()
+            )));
+        }
+    }
+    if let Some(calls) = &args.window_calls {
+        let min = args.min.as_ref().map_or(
+            match args.preset.as_ref().map(|p| p.get()) {
+                None => 20,
+                Some(BreakerPreset::Critical) => 10,
+                Some(BreakerPreset::Relaxed) => 30,
+            },
+            |min| min.get(),
+        );
+        if args.window.is_some() {
+            errors.push(calls.error(
+                "`window` (a time window) and `window_calls` (a count window: the last n calls) exclude each other\n  = help: keep one of them",
+            ));
+        } else if calls.get() < min {
+            errors.push(calls.error(format!(
+                "`window_calls = {}` holds fewer calls than `min = {min}`: the window could never hold enough calls to trip the breaker\n  = help: make `window_calls` at least `min`",
+                calls.get()
             )));
         }
     }

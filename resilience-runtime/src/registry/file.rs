@@ -73,7 +73,9 @@ struct BreakerSection {
     cooldown: Option<String>,
     half_open: Option<u32>,
     probe_timeout: Option<String>,
-    slow_call: Option<String>,
+    /// `"2s"` (with `slow_ratio`), or the attribute's form
+    /// `{ threshold = "2s", ratio = 0.8 }`.
+    slow_call: Option<SlowCall>,
     slow_ratio: Option<f64>,
     shared: Option<String>,
     sync_interval: Option<String>,
@@ -81,6 +83,22 @@ struct BreakerSection {
     /// `&'static str`.
     #[serde(skip)]
     shared_url: Option<&'static str>,
+}
+
+/// The two spellings of `slow_call`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+enum SlowCall {
+    Threshold(String),
+    Table(SlowCallTable),
+}
+
+/// `slow_call = { threshold = "2s", ratio = 0.8 }`, as in the attribute.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SlowCallTable {
+    threshold: String,
+    ratio: f64,
 }
 
 impl BreakerSection {
@@ -322,7 +340,21 @@ impl BreakerSection {
             (None, None) => {}
         }
         match (&self.slow_call, self.slow_ratio) {
-            (Some(threshold), ratio) => {
+            (Some(SlowCall::Table(table)), Some(ratio)) => {
+                return Err(ConfigError::new(
+                    "",
+                    "slow_ratio",
+                    ratio,
+                    format!(
+                        "`slow_call` already gives the ratio ({}); keep one of them",
+                        table.ratio
+                    ),
+                ));
+            }
+            (Some(SlowCall::Table(table)), None) => {
+                c = c.with_slow_call(duration("slow_call", &table.threshold)?, table.ratio);
+            }
+            (Some(SlowCall::Threshold(threshold)), ratio) => {
                 let ratio = ratio.or(c.slow_call().map(|s| s.ratio)).unwrap_or(1.0);
                 c = c.with_slow_call(duration("slow_call", threshold)?, ratio);
             }

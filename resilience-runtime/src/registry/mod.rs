@@ -29,13 +29,14 @@
 //! ratio = 0.3                 # … of which 30 % failed: trip
 //! window = "60s"              # or `window_calls = 100`
 //! half_open = 1               # probes to close again, 1 to 65535
-//! slow_call = "2s"            # optional, with `slow_ratio`
+//! slow_call = "2s"            # optional, with `slow_ratio`, or as in the
+//!                             # attribute: { threshold = "2s", ratio = 0.8 }
 //! slow_ratio = 0.8
 //! # shared = "redis://127.0.0.1:6379/"   # feature `breaker-redis`: one breaker
 //! # sync_interval = "1s"                 # for every replica of the service
 //!
 //! [retry."user.get"]         # a `#[retry(name = "user.get")]`; quoted: it has a dot
-//! max_attempts = 3            # or `max`
+//! max_attempts = 3            # or `max`: the attribute takes both too
 //! initial = "100ms"
 //! multiplier = 2.0
 //! max_interval = "2s"
@@ -49,6 +50,9 @@
 //! min_per_second = 10         # … plus 10 per second …
 //! ttl = "10s"                 # … over the last 10 s
 //! ```
+//!
+//! The keys are the attributes' arguments, with the same meaning: a
+//! setting moves from the code to the file unchanged.
 //!
 //! Unknown keys, wrong types and out-of-range values are errors naming the
 //! file, the key and the value; nothing falls back to a default silently.
