@@ -232,6 +232,15 @@ struct Receipt {
     replayed: bool,
 }
 
+/// The startup config: the same keys as the attributes. A real service
+/// names its file with `RESILIENCE_CONFIG` or `config_file`.
+const CONFIG: &str = r#"
+service = "quickstart"
+
+[breakers.users]
+cooldown = "2s"
+"#;
+
 /// The breaker of `#[circuit_breaker(name = "users")]`, shared through the
 /// process-wide registry.
 fn users_breaker() -> &'static CircuitBreaker {
@@ -263,6 +272,40 @@ pub async fn run(quiet: bool) -> Report {
     ));
     t.plain("policy: 3 attempts, 100 ms ×2 backoff ±25 % jitter; breaker `users`: min 4 calls, ratio 0.5, cooldown 2 s");
 
+    // The startup config, installed before any call: every section is
+    // checked against the protected fns of the program (a section naming
+    // none is an error, not a setting silently not in force), and the
+    // breaker's hook is attached by name, without touching its settings.
+    {
+        let (timeline, trips) = (timeline.clone(), trips.clone());
+        let installed = registry::Registry::builder()
+            .config_str(CONFIG, "quickstart.toml")
+            .and_then(|builder| {
+                builder
+                    .on_state_change("users", move |name, from, to| {
+                        if (from, to) == (State::Closed, State::Open) {
+                            *trips.lock().unwrap() += 1;
+                        }
+                        timeline.at(format!(
+                            "⚡ breaker `{name}`: {} → {}",
+                            from.as_str(),
+                            to.as_str()
+                        ));
+                    })
+                    .install()
+            });
+        match installed {
+            Ok(registry) => {
+                let sites: Vec<_> = registry.sites().iter().map(|site| site.name).collect();
+                t.plain(format!(
+                    "config: quickstart.toml installed; sites: {}",
+                    sites.join(", ")
+                ));
+            }
+            Err(err) => t.plain(format!("✗ config refused: {err}")),
+        }
+    }
+
     // 1. Transient failures ride out.
     t.plain("\n1. GET /users/42: the server answers 502, 502, then 200");
     server.script_statuses("/users/42", &[502, 502, 200]);
@@ -277,21 +320,6 @@ pub async fn run(quiet: bool) -> Report {
             server.requests().len() - before
         )),
         Err(err) => t.at(format!("✗ {err}")),
-    }
-
-    // The breaker exists from the first call through it: watch it.
-    {
-        let (timeline, trips) = (timeline.clone(), trips.clone());
-        users_breaker().on_state_change(move |name, from, to| {
-            if (from, to) == (State::Closed, State::Open) {
-                *trips.lock().unwrap() += 1;
-            }
-            timeline.at(format!(
-                "⚡ breaker `{name}`: {} → {}",
-                from.as_str(),
-                to.as_str()
-            ));
-        });
     }
 
     // 2. What must not be retried, and a server that asks for a pause.

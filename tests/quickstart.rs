@@ -13,6 +13,8 @@ async fn the_quickstart_tells_the_whole_story() {
     let story = report.lines.join("\n");
 
     for line in [
+        // The config, installed and checked against every site.
+        "config: quickstart.toml installed; sites: ",
         // 1. 502, 502 → 200
         "✓ user 42 = \"Ada Lovelace\" after 3 attempts",
         // 2. 400 once; 429 + Retry-After: 1
