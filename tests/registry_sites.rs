@@ -2,6 +2,9 @@
 //! before its first call (registered at link time), so a config section
 //! that names no site is an error, not a silent no-op.
 
+// A user crate that forbids unsafe code can still register its sites.
+#![forbid(unsafe_code)]
+
 mod macros_common;
 
 use std::sync::Arc;
