@@ -227,3 +227,28 @@ async fn nested_chains_retry_at_one_layer() {
     assert_eq!(result, Ok(()));
     assert_eq!(by_hand.calls(), 3);
 }
+
+#[retry(max = 3, initial = "100ms", budget = "macros-retry-budget")]
+async fn get_from_a_dead_dependency(requests: Arc<AtomicU32>) -> Result<(), ClientError> {
+    requests.fetch_add(1, Ordering::SeqCst);
+    tokio::task::yield_now().await;
+    Err(ClientError::Status(503))
+}
+
+/// `budget = ".."` names the budget the chain's retries draw on: 100 calls
+/// at once against a dead dependency get the default budget's 100 retries
+/// of floor plus 20 % of the calls, not 200.
+#[tokio::test(start_paused = true)]
+async fn the_budget_named_in_the_attribute_caps_the_retries() {
+    let requests = Arc::new(AtomicU32::new(0));
+    let mut calls = tokio::task::JoinSet::new();
+    for _ in 0..100 {
+        calls.spawn(get_from_a_dead_dependency(Arc::clone(&requests)));
+    }
+    while let Some(call) = calls.join_next().await {
+        assert_eq!(call.unwrap(), Err(ClientError::Status(503)));
+    }
+    assert_eq!(requests.load(Ordering::SeqCst), 100 + 100 + 20);
+    let budget = resilience::registry::global().budget("macros-retry-budget");
+    assert_eq!(budget.balance(), 0);
+}

@@ -47,6 +47,7 @@ pub(crate) struct RetryArgs {
     pub(crate) attempt_timeout: Option<Arg<Duration>>,
     pub(crate) preset: Option<Arg<RetryPreset>>,
     pub(crate) name: Option<Arg<String>>,
+    pub(crate) budget: Option<Arg<String>>,
     pub(crate) when: Option<Arg<syn::Path>>,
     pub(crate) method: Option<Arg<Method>>,
     pub(crate) idempotent: Option<Arg<()>>,
@@ -138,6 +139,7 @@ const RETRY_KEYS: &[&str] = &[
     "attempt_timeout",
     "preset",
     "name",
+    "budget",
     "when",
     "method",
     "idempotent",
@@ -218,6 +220,7 @@ pub(crate) fn parse_retry(tokens: TokenStream, errors: &mut Errors) -> RetryArgs
                 )
             }),
             "name" => one(&mut args.name, &meta, errors, name),
+            "budget" => one(&mut args.budget, &meta, errors, budget_name),
             "when" => one(&mut args.when, &meta, errors, |v| {
                 path(v, "when", "my_classifier")
             }),
@@ -529,6 +532,20 @@ fn name(value: &Expr) -> syn::Result<String> {
         _ => Err(syn::Error::new_spanned(
             value,
             "`name` is a string literal, e.g. `name = \"user-service\"`",
+        )),
+    }
+}
+
+fn budget_name(value: &Expr) -> syn::Result<String> {
+    match literal(value) {
+        Some(Lit::Str(text)) if !text.value().trim().is_empty() => Ok(text.value()),
+        Some(Lit::Str(_)) => Err(syn::Error::new_spanned(
+            value,
+            "`budget` cannot be empty: it names the retry budget shared by every call to one dependency, e.g. `budget = \"user-service\"`",
+        )),
+        _ => Err(syn::Error::new_spanned(
+            value,
+            "`budget` is a string literal naming a retry budget, e.g. `budget = \"user-service\"`",
         )),
     }
 }

@@ -114,6 +114,10 @@ pub(crate) fn expand(plan: Plan<'_>) -> TokenStream {
                 let breaker = &breaker.value;
                 site.extend(quote!(.with_target(#breaker)));
             }
+            if let Some(budget) = &args.budget {
+                let budget = &budget.value;
+                site.extend(quote!(.with_budget(#budget)));
+            }
             // A method names its impl's type, for the site's default name.
             let owner = if sig.receiver().is_some() {
                 quote!(|| ::core::option::Option::Some(::core::any::type_name::<Self>()))
