@@ -17,8 +17,8 @@ use bytes::Bytes;
 use http_body_util::BodyExt;
 use resilience_runtime::IdempotencyKey;
 use resilience_runtime::idempotency::server::{
-    Begin, EffectNotApplied, Entry, IdempotencyConfig, IdempotencyLayer, IdempotencyStore, Lease,
-    MemoryStore, Outcome, StoreError,
+    Begin, EffectNotApplied, Entry, Fingerprint, IdempotencyConfig, IdempotencyLayer,
+    IdempotencyStore, Lease, MemoryStore, Outcome, StoreError,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -209,6 +209,8 @@ struct Faults {
     hang_begin: AtomicBool,
     /// `complete` never answers (and does nothing).
     hang_complete: AtomicBool,
+    /// `renew` fails (and does nothing).
+    fail_renew: AtomicBool,
 }
 
 /// A memory store that hangs where told to.
@@ -246,6 +248,18 @@ impl IdempotencyStore for Faulty {
             std::future::pending::<()>().await;
         }
         self.inner.complete(key, lease, outcome, ttl).await
+    }
+
+    async fn renew(
+        &self,
+        key: &IdempotencyKey,
+        lease: &Lease,
+        lock_ttl: Duration,
+    ) -> Result<bool, StoreError> {
+        if self.faults.fail_renew.load(Ordering::SeqCst) {
+            return Err(StoreError::Backend("renew refused by the test".into()));
+        }
+        self.inner.renew(key, lease, lock_ttl).await
     }
 
     async fn release(&self, key: &IdempotencyKey, lease: &Lease) -> Result<bool, StoreError> {
@@ -602,26 +616,87 @@ async fn responses_are_replayed_for_24_hours_then_forgotten() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_handler_outliving_the_lock_ttl_loses_its_key_to_the_retry() {
+async fn a_handler_outliving_the_lock_ttl_keeps_its_key_and_runs_once() {
+    // Before the lock was renewed, the retry below ran the payment a
+    // second time once the lock ttl had passed.
     let config = IdempotencyConfig::builder()
         .with_lock_ttl(Duration::from_secs(5))
         .build()
         .unwrap();
     let mut h = Harness::with(config, MemoryStore::default(), []);
-    let stuck = tokio::spawn(h.app.clone().oneshot(post_req("/slow", "k", "{}")));
+    let slow = tokio::spawn(h.app.clone().oneshot(post_req("/slow", "k", "{}")));
     h.started.recv().await.unwrap();
-    tokio::time::advance(Duration::from_secs(5)).await;
-
-    let retry = tokio::spawn(h.app.clone().oneshot(post_req("/slow", "k", "{}")));
-    h.started.recv().await.unwrap();
-    h.gate.add_permits(2);
-    let (stuck, retry) = (stuck.await.unwrap().unwrap(), retry.await.unwrap().unwrap());
-    let (stuck, retry) = (Reply::read(stuck).await, Reply::read(retry).await);
-    assert_eq!(h.calls(), 2);
-    // Whichever finished, the store keeps the response of the lock holder.
+    // `sleep`, not `advance`: the paused clock then fires every renewal in
+    // its turn, as time would pass for a real server.
+    for _ in 0..12 {
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        h.send(post_req("/slow", "k", "{}"))
+            .await
+            .assert_error(409, "idempotency_key_in_use");
+    }
+    h.gate.add_permits(1);
+    let slow = Reply::read(slow.await.unwrap().unwrap()).await;
+    assert_eq!(slow.body, "slow 1");
     let replay = h.send(post_req("/slow", "k", "{}")).await;
     assert!(replay.replayed());
-    assert_eq!(replay.body, retry.body, "stuck answered {:?}", stuck.body);
+    assert_eq!(replay.body, "slow 1");
+    assert_eq!(h.calls(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_crashed_holder_blocks_its_key_for_one_lock_ttl_of_ten_seconds() {
+    let h = Harness::new();
+    // A process that took the key and died: its lock is never renewed.
+    let key = IdempotencyKey::from_string("k").unwrap();
+    let body_fingerprint = Fingerprint::of(&Method::POST, &"/payments".parse().unwrap(), b"{}");
+    let dead = Lease::new(body_fingerprint);
+    let lock_ttl = IdempotencyConfig::default().lock_ttl();
+    assert_eq!(lock_ttl, Duration::from_secs(10));
+    assert_eq!(
+        h.store.begin(&key, &dead, lock_ttl).await.unwrap(),
+        Begin::Started
+    );
+    tokio::time::advance(lock_ttl - Duration::from_millis(1)).await;
+    h.send(post_req("/payments", "k", "{}"))
+        .await
+        .assert_error(409, "idempotency_key_in_use");
+    tokio::time::advance(Duration::from_millis(1)).await;
+    let fresh = h.send(post_req("/payments", "k", "{}")).await;
+    assert_eq!(fresh.status, StatusCode::CREATED, "{fresh:?}");
+    assert_eq!(h.calls(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_lock_survives_one_failed_renewal_and_is_lost_after_a_whole_lock_ttl_of_them() {
+    let faults = Arc::new(Faults::default());
+    // Renewed every 2 s, each renewal worth 6 s.
+    let config = IdempotencyConfig::builder()
+        .with_lock_ttl(Duration::from_secs(6))
+        .build()
+        .unwrap();
+    let mut h = Harness::faulty(config, &faults);
+    let slow = tokio::spawn(h.app.clone().oneshot(post_req("/slow", "k", "{}")));
+    h.started.recv().await.unwrap();
+    let until = |secs: f64| tokio::time::sleep(Duration::from_secs_f64(secs));
+    until(2.5).await; // renewed at 2 s: the lock ends at 8 s
+    faults.fail_renew.store(true, Ordering::SeqCst);
+    until(2.0).await; // 4 s: the renewal fails
+    faults.fail_renew.store(false, Ordering::SeqCst);
+    until(2.0).await; // 6 s: renewed, the lock ends at 12 s
+    faults.fail_renew.store(true, Ordering::SeqCst);
+    until(5.0).await; // 11.5 s: the renewals at 8 s and 10 s failed
+    h.send(post_req("/slow", "k", "{}"))
+        .await
+        .assert_error(409, "idempotency_key_in_use");
+
+    // Renewals failing for a whole lock ttl: at 12 s the key is free.
+    until(1.0).await;
+    let again = tokio::spawn(h.app.clone().oneshot(post_req("/slow", "k", "{}")));
+    h.started.recv().await.unwrap();
+    h.gate.add_permits(2);
+    slow.await.unwrap().unwrap();
+    again.await.unwrap().unwrap();
+    assert_eq!(h.calls(), 2);
 }
 
 #[tokio::test]

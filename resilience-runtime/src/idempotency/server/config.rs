@@ -15,7 +15,7 @@ use crate::error::ConfigError;
 /// |---|---|---|
 /// | methods | `POST`, `PATCH` | the non-idempotent methods (the guide's rules on [idempotency](crate::guide#idempotency-first-retry-second)); `GET`, `HEAD`, `OPTIONS`, `PUT`, `DELETE` pass through |
 /// | ttl | 24 h | how long a response is replayed (the guide's rules on [idempotency](crate::guide#idempotency-first-retry-second)) |
-/// | lock ttl | 60 s | how long a crashed request blocks its key; above a 30 s handler deadline |
+/// | lock ttl | 10 s | how long a crashed holder blocks its key; a running request renews its lock every third of it |
 /// | store timeout | 1 s | the longest wait on one store call; a store slower than that is down (`503`) |
 /// | max request body | 2 MiB | the request is buffered to fingerprint it (axum's own default limit) |
 /// | max stored body | 1 MiB | larger responses are delivered but not kept |
@@ -134,7 +134,7 @@ impl Default for IdempotencyConfig {
         Self {
             methods: vec![Method::POST, Method::PATCH],
             ttl: Duration::from_secs(24 * 3600),
-            lock_ttl: Duration::from_secs(60),
+            lock_ttl: Duration::from_secs(10),
             store_timeout: Duration::from_secs(1),
             max_request_body: 2 << 20,
             max_stored_body: 1 << 20,
@@ -165,16 +165,24 @@ impl IdempotencyConfigBuilder {
         self
     }
 
-    /// How long an in-flight key stays locked if its request never ends
-    /// (a crash); at most the ttl. Make it longer than the handler's
-    /// deadline, or a slow handler loses its key to a retry.
+    /// How long an in-flight key stays locked after its holder stops
+    /// renewing it (a crashed process); at most the ttl.
+    ///
+    /// While a request runs, the layer renews its lock every third of the
+    /// lock ttl, so a handler may take longer than the lock ttl and keep
+    /// its key, and the lock survives one failed renewal. A request that
+    /// ends or is dropped frees or completes its key at once; only a
+    /// holder that dies without a word (the process killed, the host
+    /// gone) leaves its key locked, for one lock ttl at most, during which
+    /// retries with that key get `409`.
     pub const fn with_lock_ttl(mut self, lock_ttl: Duration) -> Self {
         self.config.lock_ttl = lock_ttl;
         self
     }
 
     /// The longest the layer waits on one store call (between 1 ms and
-    /// 60 s, and below the lock ttl).
+    /// 60 s, and below a third of the lock ttl, so that a renewal ends
+    /// before the next one is due).
     ///
     /// A `begin` that takes longer is answered `503
     /// idempotency_store_unavailable` without running the handler; a
@@ -272,12 +280,12 @@ impl IdempotencyConfigBuilder {
                 "must be between 1ms and 60s".into(),
             );
         }
-        if c.store_timeout >= c.lock_ttl {
+        if c.store_timeout >= c.lock_ttl / 3 {
             return fail(
                 "store_timeout",
                 format!("{:?}", c.store_timeout),
                 format!(
-                    "must be below the lock ttl ({:?}): a lock could expire while its store call is still waited on",
+                    "must be below a third of the lock ttl ({:?}): the lock is renewed every third of it, and a renewal must end before the next is due",
                     c.lock_ttl
                 ),
             );

@@ -378,13 +378,20 @@ where
         .into_response());
     }
 
-    let until = began + config.lock_ttl;
+    let renewal = tokio::spawn(renew_while_held(
+        Arc::clone(&store),
+        key.clone(),
+        lease.clone(),
+        Arc::clone(&config),
+        began,
+    ))
+    .abort_handle();
     let mut held = Held {
         store: Some(store),
         key,
         lease,
         config,
-        until,
+        renewal,
         answered: None,
     };
     let request = Request::from_parts(parts, ReqBody::from(body));
@@ -674,6 +681,49 @@ async fn settle_late<St: IdempotencyStore>(
     }
 }
 
+/// Keeps the lock of a running request alive: renews it every third of
+/// the lock ttl from `began` until aborted, so a lock survives one failed
+/// renewal, and a crashed holder (whose renewals stop) blocks its key for
+/// at most one lock ttl.
+async fn renew_while_held<St: IdempotencyStore>(
+    store: Arc<St>,
+    key: IdempotencyKey,
+    lease: Lease,
+    config: Arc<IdempotencyConfig>,
+    began: Instant,
+) {
+    let every = config.lock_ttl / 3;
+    let mut next = began + every;
+    loop {
+        tokio::time::sleep_until(next).await;
+        next += every;
+        let renewed = timeout(
+            config.store_timeout,
+            store.renew(&key, &lease, config.lock_ttl),
+        )
+        .await;
+        let error = match renewed {
+            Ok(Ok(true)) => continue,
+            Ok(Ok(false)) => {
+                tracing::error!(
+                    %key,
+                    lock_ttl = ?config.lock_ttl,
+                    "the idempotency lock of a running request expired (its renewals failed for a whole lock ttl); a retry with this key may run the handler again",
+                );
+                return;
+            }
+            Ok(Err(err)) => err.to_string(),
+            Err(_) => format!("no answer within {:?}", config.store_timeout),
+        };
+        tracing::warn!(
+            %key,
+            store = store.name(),
+            %error,
+            "idempotency lock not renewed; trying again in a third of the lock ttl",
+        );
+    }
+}
+
 /// The key a running request holds. It is settled once, by `complete` or
 /// `release`; if the task is dropped before (the runtime shuts down, or
 /// the response body panicked), the drop settles it on a new task: a
@@ -684,8 +734,8 @@ struct Held<St: IdempotencyStore> {
     key: IdempotencyKey,
     lease: Lease,
     config: Arc<IdempotencyConfig>,
-    /// When the lock expires in the store.
-    until: Instant,
+    /// The task that renews the lock while the request runs.
+    renewal: tokio::task::AbortHandle,
     answered: Option<StatusCode>,
 }
 
@@ -705,6 +755,7 @@ impl<St: IdempotencyStore> Held<St> {
         let Some(store) = self.store.take() else {
             return;
         };
+        self.renewal.abort();
         let key = &self.key;
         match settle_once(&*store, key, &self.lease, &settle, &self.config).await {
             Ok(true) => {
@@ -730,7 +781,7 @@ impl<St: IdempotencyStore> Held<St> {
                     self.lease.clone(),
                     settle,
                     Arc::clone(&self.config),
-                    self.until,
+                    Instant::now() + self.config.lock_ttl,
                 ));
             }
         }
@@ -742,6 +793,7 @@ impl<St: IdempotencyStore> Drop for Held<St> {
         let Some(store) = self.store.take() else {
             return;
         };
+        self.renewal.abort();
         let settle = match self.answered {
             None => Settle::Release,
             Some(status) => Settle::Complete(Outcome::BodyFailed { status }),
@@ -754,7 +806,8 @@ impl<St: IdempotencyStore> Drop for Held<St> {
                     self.lease.clone(),
                     settle,
                     Arc::clone(&self.config),
-                    self.until,
+                    // The last renewal was at most now: the lock ends by then.
+                    Instant::now() + self.config.lock_ttl,
                 ));
             }
             Err(_) => tracing::warn!(

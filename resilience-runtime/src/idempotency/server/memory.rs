@@ -218,6 +218,25 @@ impl IdempotencyStore for MemoryStore {
         }
     }
 
+    async fn renew(
+        &self,
+        key: &IdempotencyKey,
+        lease: &Lease,
+        lock_ttl: Duration,
+    ) -> Result<bool, StoreError> {
+        let now = Instant::now();
+        let mut state = self.lock();
+        state.purge(now);
+        match state.slots.get(key) {
+            Some(slot) if slot.is_held_by(lease) => {
+                let expiry = state.expiry(now, lock_ttl);
+                state.reschedule(key, expiry);
+                Ok(true)
+            }
+            _ => Ok(false),
+        }
+    }
+
     async fn release(&self, key: &IdempotencyKey, lease: &Lease) -> Result<bool, StoreError> {
         let mut state = self.lock();
         state.purge(Instant::now());

@@ -44,12 +44,16 @@
 //!   is delivered, a warning is logged, and the layer retries the call in
 //!   the background (backoff from 50 ms to 1 s) until the store answers or
 //!   the lock ttl ends.
+//! - **A running request keeps its key** however long its handler takes:
+//!   the layer renews the lock every third of the
+//!   [lock ttl](IdempotencyConfig::lock_ttl), and a request that ends, or
+//!   whose task is dropped, frees or completes its key at once.
 //! - **A crashed holder** (the process died between `begin` and
-//!   `complete`) blocks its key for the [lock ttl](IdempotencyConfig::lock_ttl)
-//!   (60 s by default): later requests get `409` until it expires, then one
-//!   of them runs the handler again. The same goes for a store that stays
-//!   down past the lock ttl after `begin`. Keep the lock ttl above the
-//!   handler's deadline, or a slow handler loses its key to a retry.
+//!   `complete`) stops renewing, and its key stays locked for at most one
+//!   lock ttl (10 s by default): later requests get `409` until then, and
+//!   the first one after runs the handler. A store that stays down for a
+//!   whole lock ttl while a request runs loses that request's lock the
+//!   same way (logged at ERROR).
 //!
 //! # What the layer answers
 //!

@@ -22,13 +22,14 @@ use crate::idempotency::IdempotencyKey;
 ///
 /// - `begin` is one `SET idem:<key> <in-flight lease> NX PX <lock ttl> GET`
 ///   (Redis ≥ 7.0): it takes the key, or returns what holds it, atomically;
-/// - `complete` and `release` are Lua scripts that compare the stored
-///   value with the caller's lease before replacing it (`SET … PX <ttl>`)
-///   or deleting it, so an expired lock's owner cannot clobber its
-///   successor.
+/// - `complete`, `renew` and `release` are Lua scripts that compare the
+///   stored value with the caller's lease before replacing it (`SET … PX
+///   <ttl>`), extending it (`PEXPIRE`) or deleting it, so an expired
+///   lock's owner cannot clobber its successor.
 ///
-/// Expiry is Redis' own: a crashed instance's locks vanish after the lock
-/// ttl, responses after the ttl.
+/// Expiry is Redis' own: a crashed instance stops renewing its locks and
+/// they vanish one lock ttl later (10 s by default); responses after the
+/// ttl.
 ///
 /// A fresh request costs two round trips (`begin`, then `complete`), a
 /// replay one (`begin` answers with the stored response).
@@ -191,6 +192,17 @@ static COMPLETE: LazyLock<Script> = LazyLock::new(|| {
     )
 });
 
+static RENEW: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r"
+        if redis.call('GET', KEYS[1]) == ARGV[1] then
+            return redis.call('PEXPIRE', KEYS[1], ARGV[2])
+        end
+        return 0
+        ",
+    )
+});
+
 static RELEASE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r"
@@ -247,6 +259,22 @@ impl IdempotencyStore for RedisStore {
             .arg(codec::in_flight(lease))
             .arg(codec::completed(lease.fingerprint(), outcome))
             .arg(millis(ttl))
+            .invoke_async(&mut self.connection.clone())
+            .await
+            .map_err(backend)?;
+        Ok(done == 1)
+    }
+
+    async fn renew(
+        &self,
+        key: &IdempotencyKey,
+        lease: &Lease,
+        lock_ttl: Duration,
+    ) -> Result<bool, StoreError> {
+        let done: i64 = RENEW
+            .key(self.redis_key(key))
+            .arg(codec::in_flight(lease))
+            .arg(millis(lock_ttl))
             .invoke_async(&mut self.connection.clone())
             .await
             .map_err(backend)?;

@@ -293,11 +293,15 @@ pub enum StoreError {
 ///   this very `lease`, replace it with the completed `outcome` for `ttl`
 ///   and answer `true`; otherwise change nothing and answer `false` (the
 ///   lock expired and the key was freed or taken by another request).
+/// - [`renew`](Self::renew): if the key is still in flight under this
+///   `lease`, make its lock expire `lock_ttl` from now and answer `true`;
+///   otherwise change nothing and answer `false`.
 /// - [`release`](Self::release): if the key is still in flight under this
 ///   `lease`, remove it and answer `true`; otherwise change nothing and
 ///   answer `false`.
 ///
-/// `lock_ttl` bounds how long a crashed server can block a key. Stores
+/// `lock_ttl` bounds how long a crashed server can block a key: a running
+/// request renews its lock every third of it. Stores
 /// return [`StoreError`] rather than panicking. The layer bounds every call
 /// by its [store timeout](super::IdempotencyConfig::store_timeout) and may
 /// drop a call's future midway; it repeats `complete` and `release` for
@@ -340,6 +344,21 @@ pub trait IdempotencyStore: Send + Sync + 'static {
         ttl: Duration,
     ) -> impl Future<Output = Result<bool, StoreError>> + Send;
 
+    /// Extends the lock of the key held by `lease` to `lock_ttl` from now,
+    /// and says whether `lease` still held it.
+    ///
+    /// The layer calls it every third of the lock ttl while its request
+    /// runs, so that a short lock (a crashed holder blocks its key for at
+    /// most one lock ttl) does not expire under a slow handler. `false`
+    /// means the lock had already expired or the key was completed: the
+    /// store must not take the key back for `lease` then.
+    fn renew(
+        &self,
+        key: &IdempotencyKey,
+        lease: &Lease,
+        lock_ttl: Duration,
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send;
+
     /// Frees the key held by `lease`, so that a retry may run the handler.
     fn release(
         &self,
@@ -377,6 +396,15 @@ impl<T: IdempotencyStore> IdempotencyStore for Arc<T> {
         ttl: Duration,
     ) -> impl Future<Output = Result<bool, StoreError>> + Send {
         (**self).complete(key, lease, outcome, ttl)
+    }
+
+    fn renew(
+        &self,
+        key: &IdempotencyKey,
+        lease: &Lease,
+        lock_ttl: Duration,
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send {
+        (**self).renew(key, lease, lock_ttl)
     }
 
     fn release(
