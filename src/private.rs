@@ -225,6 +225,7 @@ impl Site for RetrySite {
         SiteDefaults {
             name: self.name,
             in_impl: self.default_name && self.in_impl,
+            budget: self.budget.or(self.target),
             config: Defaults::Retry(self.defaults),
         }
     }
@@ -235,6 +236,7 @@ impl Site for BreakerSite {
         SiteDefaults {
             name: self.name,
             in_impl: false,
+            budget: None,
             config: Defaults::Breaker(self.defaults),
         }
     }

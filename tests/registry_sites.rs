@@ -138,6 +138,18 @@ fn a_misspelt_section_is_refused_with_the_nearest_name() {
 }
 
 #[test]
+fn a_budget_section_no_chain_draws_on_is_refused() {
+    // `get_user`'s chain draws on the budget of its breaker, `user`.
+    let err = refused("[budgets.user]\nratio = 0.1\n\n[budgets.usr]\nratio = 0.1\n");
+    assert_eq!(err.errors().count(), 1, "{err}");
+    assert_eq!(err.value(), "[budgets.usr]");
+    assert!(
+        err.reason().contains("did you mean `[budgets.user]`?"),
+        "{err}"
+    );
+}
+
+#[test]
 fn every_unknown_section_is_reported_at_once() {
     let err = refused("[breakers.nobody]\n[breakers.inventroy]\n[retry.\"a::b\"]\n");
     let values: Vec<_> = err.errors().map(|e| e.value().to_owned()).collect();
@@ -185,11 +197,12 @@ fn every_bad_value_of_a_file_is_reported_at_once() {
 fn sections_for_names_given_in_code_and_methods_by_type_are_accepted() {
     let registry = Registry::builder()
         .config_str(
-            "[breakers.payments]\nmin = 5\n\n[retry.\"registry_sites::Users::fetch\"]\nmax_attempts = 3\n\n[retry.\"registry_sites::get_unnamed\"]\nmax_attempts = 2\n",
+            "[breakers.payments]\nmin = 5\n\n[budgets.payments]\nratio = 0.1\n\n[retry.\"registry_sites::Users::fetch\"]\nmax_attempts = 3\n\n[retry.\"registry_sites::get_unnamed\"]\nmax_attempts = 2\n",
             "config.toml",
         )
         .unwrap()
         .breaker("payments", resilience::breaker::BreakerConfig::new())
+        .budget("payments", resilience::retry::BudgetConfig::new())
         .build()
         .unwrap();
     // Checked, then installed: the only successful install of this binary.

@@ -244,6 +244,11 @@ impl FileConfig {
         self.retry.keys().map(String::as_str)
     }
 
+    /// The names of the `[budgets.*]` sections.
+    pub(super) fn budget_names(&self) -> impl Iterator<Item = &str> {
+        self.budgets.keys().map(String::as_str)
+    }
+
     pub(super) fn origin(&self) -> Option<&str> {
         self.origin.as_deref()
     }

@@ -68,9 +68,11 @@
 //! the nearest name when there is one: `[retry.user]` for a breaker
 //! `user` whose policy is `user.get` is an error, not a setting silently
 //! not in force. A `#[retry]` without `name` is `module::fn`, or
-//! `module::Type::fn` in an impl. Names used only by hand are declared in
+//! `module::Type::fn` in an impl. A `[budgets.<name>]` section must be
+//! the budget some `#[retry]` draws on (its `budget = ".."`, or the name of
+//! its `#[circuit_breaker]`). Names used only by hand are declared in
 //! the builder ([`RegistryBuilder::breaker`], [`RegistryBuilder::policy`],
-//! [`RegistryBuilder::on_state_change`]). [`Registry::sites`] lists every
+//! [`RegistryBuilder::budget`], [`RegistryBuilder::on_state_change`]). [`Registry::sites`] lists every
 //! site with the configuration it runs with; [`Registry::find_breaker`]
 //! looks a breaker up without bringing a configuration of its own.
 //!
@@ -523,6 +525,30 @@ impl Registry {
             if !policies.contains(&name) && !in_impl(name) {
                 unknown("retry", "`#[retry]`", name, &policies, &breakers);
             }
+        }
+        let budgets: Vec<&str> = linked
+            .iter()
+            .filter_map(|s| s.budget)
+            .chain(shared.code_budgets.keys().map(String::as_str))
+            .collect();
+        let mut sections: Vec<&str> = self.file.budget_names().collect();
+        sections.sort_unstable();
+        for name in sections {
+            if budgets.contains(&name) {
+                continue;
+            }
+            let mut reason = format!(
+                "no `#[retry]` in the program draws on a budget named `{name}`, so this section would configure nothing; a chain draws on the budget its `budget = \"..\"` names, or on its `#[circuit_breaker]`'s name, and one named only in code is declared with `RegistryBuilder::budget`"
+            );
+            if let Some(near) = sites::did_you_mean(name, budgets.iter().copied()) {
+                reason.push_str(&format!("; did you mean `[budgets.{}]`?", toml_key(near)));
+            }
+            errors.push(ConfigError::new(
+                format!("`{origin}`"),
+                "section",
+                format!("[budgets.{}]", toml_key(name)),
+                reason,
+            ));
         }
         ConfigError::combine(errors).map_or(Ok(()), Err)
     }

@@ -32,6 +32,9 @@ pub struct SiteDefaults {
     /// `module::Type::fn`, with the impl's type, which is known only once
     /// the method runs.
     pub in_impl: bool,
+    /// The retry budget the site's chains draw on, if any: the attribute's
+    /// `budget`, or the name of the breaker around the chain.
+    pub budget: Option<&'static str>,
     /// The attribute's values.
     pub config: Defaults,
 }
