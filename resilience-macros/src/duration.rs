@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use crate::suggest::did_you_mean;
 
-/// The accepted units, longest first so that `ms` is not read as `m`.
+/// The accepted units (`min` as the config file also writes minutes).
 const UNITS: &[(&str, u128)] = &[
     ("ns", 1),
     ("us", 1_000),
@@ -13,6 +13,7 @@ const UNITS: &[(&str, u128)] = &[
     ("ms", 1_000_000),
     ("s", 1_000_000_000),
     ("m", 60_000_000_000),
+    ("min", 60_000_000_000),
     ("h", 3_600_000_000_000),
 ];
 
@@ -86,7 +87,9 @@ pub(crate) fn display(duration: Duration) -> String {
         }
     }
     if nanos >= 1_000_000_000 {
-        return format!("{}s", duration.as_secs_f64());
+        // Exact: an `f64` would print 12345678.123456789s rounded.
+        let fraction = format!("{:09}", duration.subsec_nanos());
+        return format!("{}.{}s", duration.as_secs(), fraction.trim_end_matches('0'));
     }
     format!("{nanos}ns")
 }
@@ -101,6 +104,7 @@ mod tests {
             ("100ms", Duration::from_millis(100)),
             ("2s", Duration::from_secs(2)),
             ("1m", Duration::from_secs(60)),
+            ("5min", Duration::from_secs(300)),
             ("1h", Duration::from_secs(3600)),
             ("1.5s", Duration::from_millis(1500)),
             ("0.25ms", Duration::from_micros(250)),
@@ -145,6 +149,9 @@ mod tests {
     fn displays_the_shortest_exact_form() {
         assert_eq!(display(Duration::from_millis(100)), "100ms");
         assert_eq!(display(Duration::from_secs(120)), "2m");
+        let odd = Duration::new(12_345_678, 123_456_789);
+        assert_eq!(display(odd), "12345678.123456789s");
+        assert_eq!(parse(&display(odd)), Ok(odd));
         assert_eq!(display(Duration::from_millis(1500)), "1500ms");
         assert_eq!(display(Duration::from_nanos(7)), "7ns");
         assert_eq!(display(Duration::ZERO), "0s");

@@ -153,6 +153,27 @@ pub const UNKNOWN_SERVICE: &str = "unknown_service";
 
 static GLOBAL: OnceLock<Registry> = OnceLock::new();
 
+/// Parses a duration as the config file writes it (and the attributes, at
+/// compile time): an integer or a decimal and a unit, `ns`, `us`, `µs`,
+/// `ms`, `s`, `m` (also `min`) or `h`, read exactly (no float). A value
+/// that does not fit in a [`Duration`](std::time::Duration), or is more
+/// precise than a nanosecond, is refused; the error names the text.
+///
+/// ```
+/// use std::time::Duration;
+/// use resilience::registry::parse_duration;
+///
+/// assert_eq!(parse_duration("1.5s")?, Duration::from_millis(1500));
+/// assert_eq!(parse_duration("250ms")?, Duration::from_millis(250));
+/// let err = parse_duration("340282366920938463463374607431.999999999s").unwrap_err();
+/// assert!(err.to_string().contains("too long"), "{err}");
+/// assert_eq!(parse_duration("10").unwrap_err().value(), "\"10\"");
+/// # Ok::<(), resilience::ConfigError>(())
+/// ```
+pub fn parse_duration(text: &str) -> Result<std::time::Duration, ConfigError> {
+    file::duration("duration", text)
+}
+
 /// The process-wide registry used by the macros.
 ///
 /// Installed by [`install`] (or [`RegistryBuilder::install`]) at startup,

@@ -1,0 +1,12 @@
+//! `cargo fuzz run duration`: see `fuzz/checks/mod.rs` for what it asserts.
+#![no_main]
+
+#[allow(dead_code)]
+#[path = "../../resilience-macros/src/suggest.rs"]
+mod suggest;
+
+#[allow(dead_code)]
+#[path = "../checks/mod.rs"]
+mod checks;
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| checks::duration(data));
