@@ -127,6 +127,40 @@ fn half_open_beyond_the_probe_counter_is_refused() {
 }
 
 #[test]
+fn every_count_and_factor_has_a_limit_named_in_its_error() {
+    // Before: each was accepted up to what its type holds (4294967295
+    // attempts, a breaker judging after a million calls, pauses that
+    // jump to the cap at once).
+    for (section, key, bad, good, limit) in [
+        ("retry.\"user.get\"", "max_attempts", "101", "100", "100"),
+        ("retry.\"user.get\"", "multiplier", "10.5", "10.0", "10"),
+        ("breakers.user", "min", "1000001", "1000000", "1000000"),
+        (
+            "breakers.user",
+            "window_calls",
+            "1000001",
+            "1000000",
+            "1000000",
+        ),
+    ] {
+        let err = Registry::builder()
+            .config_str(&format!("[{section}]\n{key} = {bad}\n"), "resilience.toml")
+            .unwrap_err();
+        assert_eq!(err.field(), key, "{err}");
+        assert_eq!(err.value(), bad, "{err}");
+        assert!(
+            err.to_string().contains(&format!("limit is {limit}")),
+            "{err}"
+        );
+        Registry::builder()
+            .config_str(&format!("[{section}]\n{key} = {good}\n"), "resilience.toml")
+            .unwrap()
+            .build()
+            .unwrap_or_else(|err| panic!("{key} = {good}: {err}"));
+    }
+}
+
+#[test]
 fn a_toml_duration_that_does_not_fit_is_refused_with_its_text() {
     for text in [
         "340282366920938463463374607431.999999999s",

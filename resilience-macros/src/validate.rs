@@ -52,6 +52,11 @@ pub(crate) fn retry(args: &RetryArgs, errors: &mut Errors) {
             errors.push(max.error(
                 "`max = 0` allows no attempt at all, and 0 means \"unbounded\" in some libraries: a retry chain is always bounded\n  = help: `max` counts every attempt, the first included: use `max = 1` to disable retries, the default is 3",
             ));
+        } else if max.get() > 100 {
+            errors.push(max.error(format!(
+                "`max = {}` is more than the limit of 100 attempts: each one is another request to a dependency that is failing\n  = help: the default is 3; to retry for longer, raise `max_elapsed`",
+                max.get()
+            )));
         }
     }
     if let Some(initial) = &args.initial {
@@ -70,6 +75,10 @@ pub(crate) fn retry(args: &RetryArgs, errors: &mut Errors) {
         } else if !value.is_finite() || value < 1.0 {
             errors.push(multiplier.error(format!(
                 "`multiplier = {value}` would shrink the pauses: the multiplier must be at least 1.0\n  = help: 2.0 (the default) doubles each pause: 100ms, 200ms, 400ms"
+            )));
+        } else if value > 10.0 {
+            errors.push(multiplier.error(format!(
+                "`multiplier = {value}` is more than the limit of 10: the pauses would jump from `initial` to the cap in a step or two, a fixed wait rather than a backoff\n  = help: 2.0 (the default) doubles each pause: 100ms, 200ms, 400ms"
             )));
         }
     }
@@ -153,6 +162,11 @@ pub(crate) fn breaker(args: &BreakerArgs, errors: &mut Errors) {
             errors.push(min.error(
                 "`min = 0` would open the breaker on the very first failure: `min` is how many calls the window needs before the ratio means anything\n  = help: the default is 20; 10 for a critical dependency, 30 for a relaxed one",
             ));
+        } else if min.get() > 1_000_000 {
+            errors.push(min.error(format!(
+                "`min = {}` is more than the limit of 1000000 calls: a breaker that needs more to judge a dependency reacts only after it has sent them all\n  = help: the default is 20; 10 for a critical dependency, 30 for a relaxed one",
+                min.get()
+            )));
         }
     }
     if let Some(half_open) = &args.half_open {
@@ -180,6 +194,11 @@ pub(crate) fn breaker(args: &BreakerArgs, errors: &mut Errors) {
             errors.push(calls.error(
                 "`window` (a time window) and `window_calls` (a count window: the last n calls) exclude each other\n  = help: keep one of them",
             ));
+        } else if calls.get() > 1_000_000 {
+            errors.push(calls.error(format!(
+                "`window_calls = {}` is more than the limit of 1000000 calls: a window that long remembers failures long after the dependency recovered\n  = help: a count window of 100 calls judges the last 100",
+                calls.get()
+            )));
         } else if calls.get() < min {
             errors.push(calls.error(format!(
                 "`window_calls = {}` holds fewer calls than `min = {min}`: the window could never hold enough calls to trip the breaker\n  = help: make `window_calls` at least `min`",

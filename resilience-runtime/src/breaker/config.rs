@@ -152,6 +152,11 @@ impl Default for BreakerConfig {
 /// The number of buckets a window is made of.
 pub(crate) const BUCKETS: usize = 10;
 
+/// The most calls `min` and `window_calls` may ask for: a breaker that
+/// needs more calls than that to judge a dependency reacts after it has
+/// sent them all.
+const MAX_CALLS: u32 = 1_000_000;
+
 impl BreakerConfig {
     /// The [guide's](crate::guide#circuit-breaker) defaults: min 20, ratio 0.5, window 60 s, cooldown 30 s,
     /// 1 half-open probe.
@@ -315,6 +320,14 @@ impl BreakerConfig {
                 "at least one call is needed before the breaker may trip; the default is 20",
             ));
         }
+        if self.min_requests > MAX_CALLS {
+            return Err(ConfigError::new(
+                WHAT,
+                "min",
+                self.min_requests,
+                "the limit is 1000000 calls: a breaker that needs more to judge a dependency reacts only after it has sent them all; the default is 20",
+            ));
+        }
         if !ratio_ok(self.failure_ratio) {
             return Err(ConfigError::new(
                 WHAT,
@@ -330,6 +343,14 @@ impl BreakerConfig {
                     "window",
                     format!("{window:?}"),
                     "a time window is at least 10ms (ten buckets of 1ms, the timer's resolution); the default is 60s",
+                ));
+            }
+            Window::Count(calls) if calls > MAX_CALLS => {
+                return Err(ConfigError::new(
+                    WHAT,
+                    "window_calls",
+                    calls,
+                    "the limit is 1000000 calls: a window that long remembers failures long after the dependency recovered",
                 ));
             }
             Window::Count(calls) if calls < self.min_requests => {

@@ -11,6 +11,9 @@ use crate::error::ConfigError;
 /// together retry together (the guide's rules on [retry](crate::guide#retry), [mistake 2](crate::guide#mistakes-the-library-refuses)).
 pub const MIN_JITTER: f64 = 0.1;
 
+/// The largest growth factor accepted by [`Backoff::validate`].
+const MAX_MULTIPLIER: f64 = 10.0;
+
 /// How a pause is randomized.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Jitter {
@@ -202,6 +205,14 @@ impl Backoff {
                 "multiplier",
                 self.multiplier,
                 "pauses must not shrink: use a finite multiplier of at least 1.0 (2.0 is the default)",
+            ));
+        }
+        if self.multiplier > MAX_MULTIPLIER {
+            return Err(ConfigError::new(
+                WHAT,
+                "multiplier",
+                self.multiplier,
+                "the limit is 10: a larger multiplier jumps from `initial` to the cap in a step or two, a fixed wait rather than a backoff (2.0 is the default)",
             ));
         }
         if let Jitter::Symmetric(f) | Jitter::Additive(f) = self.jitter {

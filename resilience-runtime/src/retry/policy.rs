@@ -188,6 +188,10 @@ pub struct PolicyBuilder {
 /// The default of [`PolicyBuilder::with_max_retry_after`].
 const MAX_RETRY_AFTER: Duration = Duration::from_secs(60);
 
+/// The most attempts a chain may make: each one is another request to a
+/// dependency that is failing; retrying for longer is `max_elapsed`'s job.
+const MAX_ATTEMPTS: u32 = 100;
+
 impl Default for PolicyBuilder {
     fn default() -> Self {
         Self::http()
@@ -312,6 +316,14 @@ impl PolicyBuilder {
                 "max_attempts",
                 0,
                 "at least one attempt is needed; use 1 to disable retries",
+            ));
+        }
+        if self.max_attempts > MAX_ATTEMPTS {
+            return Err(ConfigError::new(
+                WHAT,
+                "max_attempts",
+                self.max_attempts,
+                "the limit is 100 attempts: each is another request to a failing dependency; to retry for longer, raise `max_elapsed`; the default is 3",
             ));
         }
         if self.max_elapsed.is_zero() {

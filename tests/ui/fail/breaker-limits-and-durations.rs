@@ -13,4 +13,10 @@ async fn get_order(id: u64) -> Result<u64, std::io::Error> {
     std::future::ready(Ok(id)).await
 }
 
+// More calls than a breaker should need to judge a dependency.
+#[circuit_breaker(name = "stock", min = 2000000, window_calls = 5000000)]
+async fn get_stock(id: u64) -> Result<u64, std::io::Error> {
+    std::future::ready(Ok(id)).await
+}
+
 fn main() {}
