@@ -15,7 +15,9 @@ use std::sync::OnceLock;
 use std::time::{Duration, SystemTime};
 
 use resilience::registry::{Registry, parse_duration};
-use resilience::retry::{HttpStatus, Verdict, parse_retry_after_bytes};
+use resilience::retry::{
+    Attempts, HttpStatus, Next, Policy, PolicyBuilder, Verdict, parse_retry_after_bytes,
+};
 
 /// The attributes' parser, compiled here as it is in the proc-macro crate
 /// (which can export no function).
@@ -88,8 +90,9 @@ pub fn config(data: &[u8]) {
 }
 
 /// `Retry-After` values: delta-seconds are read exactly, a date is never
-/// read as a delay past the year 9999, and a hint is honoured on 429 and
-/// 503 (and 409, the idempotency draft's "in flight"), not on a 404.
+/// read as a delay past the year 9999, the executor's pause stays within
+/// the policy's bounds, and a hint is honoured on 429 and 503 (and 409,
+/// the idempotency draft's "in flight"), not on a 404.
 pub fn retry_after(data: &[u8]) {
     let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000);
     let parsed = parse_retry_after_bytes(data, now);
@@ -102,6 +105,33 @@ pub fn retry_after(data: &[u8]) {
         } else {
             // An HTTP-date: at most until the year 9999.
             assert!(delay < Duration::from_secs(253_402_300_800), "{text:?}");
+        }
+    }
+    if let Some(hint) = parsed {
+        // The executor's use of it: however long the hint, the pause stays
+        // within the policy's `max_retry_after` and the chain's budget, or
+        // the chain gives up at once (a hint once asked for 18,446,725,547 s).
+        let bounded = Policy::http();
+        // No time bound at all: only `max_retry_after` stands in the way.
+        let unbounded = PolicyBuilder::http()
+            .with_max_elapsed(Duration::MAX)
+            .build()
+            .expect("a valid policy");
+        for policy in [bounded, unbounded] {
+            let mut attempts = Attempts::new(policy);
+            assert!(attempts.begin().is_ok());
+            match attempts.failed(Verdict::RetryAfter(hint)) {
+                Next::Retry { delay, .. } => {
+                    // The http preset's own pauses end by 2 s (+25 % jitter).
+                    let most = policy.max_retry_after().max(Duration::from_millis(2500));
+                    assert!(delay <= most, "{hint:?} paused {delay:?}");
+                    assert!(delay <= policy.max_elapsed(), "{hint:?} paused {delay:?}");
+                    if hint <= policy.max_retry_after() && hint < Duration::from_secs(4) {
+                        assert!(delay >= hint, "{hint:?} paused only {delay:?}");
+                    }
+                }
+                Next::GiveUp(_) => assert!(hint > Duration::ZERO, "a zero hint gave up"),
+            }
         }
     }
     for code in [429, 503] {
