@@ -17,61 +17,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::{Context, Poll, ready};
 
 use pin_project_lite::pin_project;
+pub use resilience_runtime::__resilience_register_site as register_site;
 use resilience_runtime::breaker::{BreakerConfig, CircuitBreaker, Permit};
-#[cfg(any(
-    target_os = "linux",
-    target_os = "android",
-    target_os = "macos",
-    target_os = "ios",
-    target_os = "windows",
-    target_os = "freebsd",
-    target_os = "openbsd",
-    target_os = "illumos",
-))]
 pub use resilience_runtime::registry::linkme;
 use resilience_runtime::registry::{self, Defaults, SiteDefaults};
 pub use resilience_runtime::registry::{SITES, Site};
-
-/// Adds the site `$site` to the registry's list, at link time: a `static`
-/// the linker gathers, so no call pays for it.
-#[cfg(any(
-    target_os = "linux",
-    target_os = "android",
-    target_os = "macos",
-    target_os = "ios",
-    target_os = "windows",
-    target_os = "freebsd",
-    target_os = "openbsd",
-    target_os = "illumos",
-))]
-#[doc(hidden)]
-#[macro_export]
-macro_rules! __resilience_register_site {
-    ($entry:ident = $site:ident) => {
-        #[::resilience::__private::linkme::distributed_slice(::resilience::__private::SITES)]
-        #[linkme(crate = ::resilience::__private::linkme)]
-        static $entry: &'static dyn ::resilience::__private::Site = &$site;
-    };
-}
-
-/// No linker support: the site is not listed before it runs.
-#[cfg(not(any(
-    target_os = "linux",
-    target_os = "android",
-    target_os = "macos",
-    target_os = "ios",
-    target_os = "windows",
-    target_os = "freebsd",
-    target_os = "openbsd",
-    target_os = "illumos",
-)))]
-#[doc(hidden)]
-#[macro_export]
-macro_rules! __resilience_register_site {
-    ($entry:ident = $site:ident) => {};
-}
-
-pub use crate::__resilience_register_site as register_site;
 pub use resilience_runtime::retry::FromRuntimeError;
 use resilience_runtime::retry::{
     AttemptTimer, Attempts, Classify, DefaultRng, Event, GiveUp, Next, Outcome, Policy,

@@ -124,16 +124,6 @@ use crate::retry::{Budget, BudgetConfig, Policy, PolicyBuilder};
 
 use self::file::FileConfig;
 #[doc(hidden)]
-#[cfg(any(
-    target_os = "linux",
-    target_os = "android",
-    target_os = "macos",
-    target_os = "ios",
-    target_os = "windows",
-    target_os = "freebsd",
-    target_os = "openbsd",
-    target_os = "illumos",
-))]
 pub use self::sites::linkme;
 #[doc(hidden)]
 pub use self::sites::{Defaults, SITES, Site, SiteDefaults};

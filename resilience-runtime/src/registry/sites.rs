@@ -49,20 +49,8 @@ pub enum Defaults {
     Breaker(BreakerConfig),
 }
 
-#[cfg(any(
-    target_os = "linux",
-    target_os = "android",
-    target_os = "macos",
-    target_os = "ios",
-    target_os = "windows",
-    target_os = "freebsd",
-    target_os = "openbsd",
-    target_os = "illumos",
-))]
+#[cfg(resilience_linked)]
 mod linked {
-    #[doc(hidden)]
-    pub use linkme;
-
     // linkme's own code: the sections the linker gathers the sites in.
     #[allow(unsafe_code)]
     #[linkme::distributed_slice]
@@ -70,16 +58,7 @@ mod linked {
     pub static SITES: [&'static dyn super::Site];
 }
 
-#[cfg(not(any(
-    target_os = "linux",
-    target_os = "android",
-    target_os = "macos",
-    target_os = "ios",
-    target_os = "windows",
-    target_os = "freebsd",
-    target_os = "openbsd",
-    target_os = "illumos",
-)))]
+#[cfg(not(resilience_linked))]
 mod linked {
     /// No linker support: no site is known before it runs.
     #[doc(hidden)]
@@ -89,17 +68,29 @@ mod linked {
 #[doc(hidden)]
 pub use linked::SITES;
 #[doc(hidden)]
-#[cfg(any(
-    target_os = "linux",
-    target_os = "android",
-    target_os = "macos",
-    target_os = "ios",
-    target_os = "windows",
-    target_os = "freebsd",
-    target_os = "openbsd",
-    target_os = "illumos",
-))]
-pub use linked::linkme;
+pub use linkme;
+
+/// Adds the site `$site` to the registry's list, at link time: a `static`
+/// the linker gathers, so no call pays for it. Expanded in the user's
+/// crate, through the facade's paths.
+#[cfg(resilience_linked)]
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __resilience_register_site {
+    ($entry:ident = $site:ident) => {
+        #[::resilience::__private::linkme::distributed_slice(::resilience::__private::SITES)]
+        #[linkme(crate = ::resilience::__private::linkme)]
+        static $entry: &'static dyn ::resilience::__private::Site = &$site;
+    };
+}
+
+/// No linker support: the site is not listed before it runs.
+#[cfg(not(resilience_linked))]
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __resilience_register_site {
+    ($entry:ident = $site:ident) => {};
+}
 
 /// Every site linked into the program, in no particular order.
 pub(super) fn linked() -> impl Iterator<Item = SiteDefaults> {
