@@ -29,7 +29,7 @@ use common::{FaultServer, PAYMENTS, Reply};
 use resilience::breaker::{CircuitBreaker, State};
 use resilience::fallback::{LastGood, MaybeStale};
 use resilience::http::{HttpError, RequestBuilderExt, ResponseExt};
-use resilience::{DependencyDown, Error, IdempotencyKey, circuit_breaker, registry, retry};
+use resilience::{IdempotencyKey, circuit_breaker, registry, retry};
 use tokio::time::Instant;
 
 /// What the demo printed, and its figures.
@@ -128,14 +128,14 @@ impl Client {
         Ok(self.last_good.fresh(id, user))
     }
 
-    /// The fallback of [`get_user`](Self::get_user): the last good value,
-    /// marked stale (never an unmarked stub: see `resilience::guide`). The
-    /// macro logs it at WARN and counts it as
+    /// The fallback of [`get_user`](Self::get_user), handed its arguments
+    /// and the error it ended with (the open breaker's `DependencyDown`
+    /// included): the last good value, marked stale (never an unmarked
+    /// stub: see `resilience::guide`), or that error when there is none.
+    /// The macro logs it at WARN and counts it as
     /// `http_client_fallbacks_total{kind="stale"}`.
-    async fn stale_user(&self, id: u64) -> Result<MaybeStale<String>, HttpError> {
-        self.last_good
-            .stale(&id)
-            .ok_or_else(|| Error::from(DependencyDown::new("users", "unavailable")).into())
+    async fn stale_user(&self, id: u64, error: HttpError) -> Result<MaybeStale<String>, HttpError> {
+        self.last_good.stale(&id).ok_or(error)
     }
 
     // A POST may be retried only with an idempotency key (see `resilience::guide`): the

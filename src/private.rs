@@ -796,12 +796,13 @@ fn rejected_call(down: DependencyDown) {
 
 /// What a call with a fallback came to.
 #[derive(Debug)]
-pub enum Answer<R> {
+pub enum Answer<T, E> {
     /// The call ran and its result stands.
-    Done(R),
-    /// The breaker rejected the call, or the call failed (after its
-    /// retries, if any): the fallback answers.
-    Fallback,
+    Done(Result<T, E>),
+    /// The breaker rejected the call (the error is its
+    /// [`Error::DependencyDown`]), or the call failed after its retries,
+    /// if any: the fallback answers, and is handed the error.
+    Fallback(E),
 }
 
 /// Like [`settle`], for a site with a fallback: a failure (what is left
@@ -812,7 +813,7 @@ pub fn settle_or_fallback<T, E>(
     site: &'static BreakerSite,
     permit: Permit<'static>,
     result: Result<T, E>,
-) -> Answer<Result<T, E>>
+) -> Answer<T, E>
 where
     E: Classify + FromRuntimeError,
 {
@@ -821,7 +822,7 @@ where
         Err(error) => error.outcome(),
     };
     permit.settle(outcome);
-    match &result {
+    match result {
         Err(error) if outcome == Outcome::Failure => {
             site.fallbacks.fetch_add(1, Ordering::Relaxed);
             tracing::warn!(
@@ -829,15 +830,19 @@ where
                 reason = error.reason().map_or("unknown", |reason| reason.as_str()),
                 "call failed: the fallback answers"
             );
-            Answer::Fallback
+            Answer::Fallback(error)
         }
-        _ => Answer::Done(result),
+        result => Answer::Done(result),
     }
 }
 
 /// A call the breaker rejected, at a site with a fallback: the fallback
-/// answers, logged at WARN and counted.
-pub fn rejected<R>(site: &'static BreakerSite, down: DependencyDown) -> Answer<R> {
+/// answers, handed the rejection as the caller's error, logged at WARN and
+/// counted.
+pub fn rejected<T, E: FromRuntimeError>(
+    site: &'static BreakerSite,
+    down: DependencyDown,
+) -> Answer<T, E> {
     rejected_call(down);
     site.fallbacks.fetch_add(1, Ordering::Relaxed);
     tracing::warn!(
@@ -845,7 +850,7 @@ pub fn rejected<R>(site: &'static BreakerSite, down: DependencyDown) -> Answer<R
         state = down.state(),
         "dependency down: the fallback answers"
     );
-    Answer::Fallback
+    Answer::Fallback(E::from_runtime(Error::DependencyDown(down)))
 }
 
 /// Counts the fallback fn's `answer` in `http_client_fallbacks_total`,

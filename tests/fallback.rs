@@ -28,10 +28,13 @@ impl Quotes {
         Ok(self.last_good.fresh(symbol, quote))
     }
 
-    async fn stale_quote(&self, symbol: String) -> Result<MaybeStale<String>, ClientError> {
-        self.last_good
-            .stale(&symbol)
-            .ok_or(ClientError::Status(503))
+    // Nothing good seen yet: the call's own error stands.
+    async fn stale_quote(
+        &self,
+        symbol: String,
+        error: ClientError,
+    ) -> Result<MaybeStale<String>, ClientError> {
+        self.last_good.stale(&symbol).ok_or(error)
     }
 
     #[circuit_breaker(name = "fb-news", min = 2, ratio = 0.5, fallback = Self::no_news)]
@@ -40,7 +43,7 @@ impl Quotes {
         Ok(Part::Available(vec!["rates unchanged".to_owned()]))
     }
 
-    async fn no_news(&self) -> Result<Part<Vec<String>>, ClientError> {
+    async fn no_news(&self, _: ClientError) -> Result<Part<Vec<String>>, ClientError> {
         Ok(Part::unavailable("news"))
     }
 
@@ -57,6 +60,64 @@ impl Quotes {
     async fn ledger(&self) -> Result<String, ClientError> {
         self.script.send().await?;
         Ok("balanced".to_owned())
+    }
+}
+
+/// A fallback that records the error it was handed, and answers with it.
+struct Ledger {
+    script: Script,
+    handed: std::sync::Mutex<Vec<ClientError>>,
+}
+
+impl Ledger {
+    #[circuit_breaker(name = "fb-handed", min = 4, ratio = 0.5, cooldown = "30s", fallback = Self::handed)]
+    #[resilience::retry(max = 2)]
+    async fn get_balance(&self, account: u32) -> Result<u32, ClientError> {
+        self.script.send().await?;
+        Ok(account * 100)
+    }
+
+    async fn handed(&self, account: u32, error: ClientError) -> Result<u32, ClientError> {
+        assert_eq!(account, 7, "the fallback gets the call's arguments");
+        self.handed.lock().unwrap().push(error.clone());
+        Err(error)
+    }
+}
+
+/// The fallback is handed what the call ended with: the last attempt's
+/// error after the retries, or the breaker's rejection; a permanent error
+/// is the caller's answer and reaches no fallback.
+#[tokio::test(start_paused = true)]
+async fn the_fallback_is_handed_the_error_the_call_ended_with() {
+    let ledger = Ledger {
+        script: Script::new(&[404, 502, 503, 200, 503, 503]),
+        handed: Default::default(),
+    };
+    // A 404 is an answer: no fallback.
+    assert_eq!(ledger.get_balance(7).await, Err(ClientError::Status(404)));
+    // 502 then 503: the retries are spent, the fallback gets the 503.
+    assert_eq!(ledger.get_balance(7).await, Err(ClientError::Status(503)));
+    assert_eq!(ledger.get_balance(7).await, Ok(700));
+    assert_eq!(ledger.get_balance(7).await, Err(ClientError::Status(503)));
+    // 2 failures in 4 calls open the breaker: the next is sent nowhere.
+    let sent = ledger.script.calls();
+    let rejected = ledger.get_balance(7).await;
+    assert_eq!(ledger.script.calls(), sent);
+    let handed = ledger.handed.lock().unwrap().clone();
+    assert_eq!(handed.len(), 3, "{handed:?}");
+    assert_eq!(
+        handed[..2],
+        [ClientError::Status(503), ClientError::Status(503)]
+    );
+    match (&handed[2], rejected) {
+        (
+            ClientError::Resilience(resilience::Error::DependencyDown(down)),
+            Err(ClientError::Resilience(resilience::Error::DependencyDown(answered))),
+        ) => {
+            assert_eq!((down.breaker(), down.state()), ("fb-handed", "open"));
+            assert_eq!(answered, *down);
+        }
+        other => panic!("expected the rejection, handed and answered: {other:?}"),
     }
 }
 
@@ -94,11 +155,14 @@ async fn a_fallback_fn_answering_stale_is_counted_as_stale() {
         assert_eq!(answer.value(), "EUR:1");
     }
     assert_eq!(quotes.script.calls(), 2, "the open breaker sent nothing");
-    // No last good value for another symbol: the fallback's error.
-    assert_eq!(
-        quotes.quote("USD".into()).await,
-        Err(ClientError::Status(503))
-    );
+    // No last good value for another symbol: the error the fallback was
+    // handed, the open breaker's rejection.
+    match quotes.quote("USD".into()).await {
+        Err(ClientError::Resilience(resilience::Error::DependencyDown(down))) => {
+            assert_eq!(down.breaker(), "fb-quotes");
+        }
+        other => panic!("expected the rejection, got {other:?}"),
+    }
 
     let text = handle.render();
     assert_eq!(fallbacks(&text, "fb-quotes", "stale"), Some(3.0), "{text}");

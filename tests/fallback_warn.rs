@@ -65,8 +65,12 @@ impl Rates {
         Ok(self.last_good.fresh(pair, 108))
     }
 
-    async fn stale_rate(&self, pair: &'static str) -> Result<MaybeStale<u32>, ClientError> {
-        self.last_good.stale(&pair).ok_or(ClientError::Status(503))
+    async fn stale_rate(
+        &self,
+        pair: &'static str,
+        error: ClientError,
+    ) -> Result<MaybeStale<u32>, ClientError> {
+        self.last_good.stale(&pair).ok_or(error)
     }
 }
 

@@ -54,7 +54,7 @@ impl Users for Client {
 }
 
 impl Client {
-    async fn get_sum_cached(&self, _: (u64, u64)) -> Result<u64, ClientError> {
+    async fn get_sum_cached(&self, _: (u64, u64), _: ClientError) -> Result<u64, ClientError> {
         Ok(0)
     }
 }

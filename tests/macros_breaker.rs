@@ -106,7 +106,7 @@ impl Catalog {
         Ok(format!("live:{sku}"))
     }
 
-    async fn get_cached(&self, sku: String) -> Result<String, ClientError> {
+    async fn get_cached(&self, sku: String, _error: ClientError) -> Result<String, ClientError> {
         Ok(format!("stale:{sku}"))
     }
 }

@@ -21,7 +21,7 @@ impl Prices {
         Ok(format!("live:{sku}"))
     }
 
-    async fn cached(&self, sku: String) -> Result<String, ClientError> {
+    async fn cached(&self, sku: String, _: ClientError) -> Result<String, ClientError> {
         Ok(format!("stale:{sku}"))
     }
 }

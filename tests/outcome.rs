@@ -409,7 +409,7 @@ async fn get_or_cached(url: &str) -> Result<String, ClientError> {
     get(url).await
 }
 
-async fn cached(_url: &str) -> Result<String, ClientError> {
+async fn cached(_url: &str, _: ClientError) -> Result<String, ClientError> {
     Ok("cached".to_owned())
 }
 

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use proc_macro2::{Literal, TokenStream};
+use proc_macro2::{Literal, Span, TokenStream, TokenTree};
 use quote::{quote, quote_spanned};
 use syn::ItemFn;
 use syn::visit_mut::VisitMut;
@@ -190,6 +190,16 @@ pub(crate) fn expand(plan: Plan<'_>) -> TokenStream {
                 let settle = quote_spanned! {error_span=>
                     ::resilience::__private::settle_or_fallback(&__RESILIENCE_BREAKER, __resilience_permit, __resilience_result)
                 };
+                // A fallback that does not take the error last is reported
+                // at its path, the callee's span. The arguments are located
+                // at the attribute: at the parameters' own spans rustc
+                // suggests a "fix" that deletes part of the signature.
+                let forward = forward
+                    .iter()
+                    .map(|arg| respan(arg.clone(), Span::call_site()));
+                let call = quote! {
+                    #fallback(#(#forward,)* __resilience_error)
+                };
                 quote! {
                     #site
                     let __resilience_outcome = match #admit {
@@ -203,8 +213,8 @@ pub(crate) fn expand(plan: Plan<'_>) -> TokenStream {
                     };
                     match __resilience_outcome {
                         ::resilience::__private::Answer::Done(__resilience_result) => __resilience_result,
-                        ::resilience::__private::Answer::Fallback => {
-                            let __resilience_answer = #fallback(#(#forward),*).await;
+                        ::resilience::__private::Answer::Fallback(__resilience_error) => {
+                            let __resilience_answer = #call.await;
                             // The answer's type says which fallback it is: a
                             // value marked stale, a part marked unavailable.
                             ::resilience::__private::fell_back(&__RESILIENCE_BREAKER, {
@@ -368,4 +378,22 @@ fn breaker_config(args: &BreakerArgs) -> TokenStream {
         config.extend(quote!(.with_slow_call(#threshold, #ratio)));
     }
     config
+}
+
+/// `tokens`, every one located at `span` (groups and their contents too),
+/// each keeping its own hygiene.
+fn respan(tokens: TokenStream, span: Span) -> TokenStream {
+    tokens
+        .into_iter()
+        .map(|mut token| {
+            if let TokenTree::Group(group) = &token {
+                let mut inner =
+                    proc_macro2::Group::new(group.delimiter(), respan(group.stream(), span));
+                inner.set_span(group.span().located_at(span));
+                token = TokenTree::Group(inner);
+            }
+            token.set_span(token.span().located_at(span));
+            token
+        })
+        .collect()
 }

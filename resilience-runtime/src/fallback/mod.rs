@@ -34,12 +34,15 @@
 //!         Ok(self.last_good.fresh(sku, cents))
 //!     }
 //!
-//!     // Runs when `price` failed or its breaker is open: the last good
-//!     // value, marked stale, or the error when there is none.
-//!     async fn stale_price(&self, sku: String) -> Result<MaybeStale<u64>, std::io::Error> {
-//!         self.last_good.stale(&sku).ok_or_else(|| {
-//!             std::io::Error::other("prices down and no last good price")
-//!         })
+//!     // Runs when `price` failed or its breaker is open, with `price`'s
+//!     // arguments and the error it ended with: the last good value,
+//!     // marked stale, or that error when there is none.
+//!     async fn stale_price(
+//!         &self,
+//!         sku: String,
+//!         error: std::io::Error,
+//!     ) -> Result<MaybeStale<u64>, std::io::Error> {
+//!         self.last_good.stale(&sku).ok_or(error)
 //!     }
 //! }
 //! # mod prices_api {

@@ -154,7 +154,7 @@ async fn render_thumbnail(id: u64, size: &str) -> Result<String, Error> {
     std::future::ready(Ok(format!("{id}@{size}"))).await
 }
 
-async fn placeholder(id: u64, size: &str) -> Result<String, Error> {
+async fn placeholder(id: u64, size: &str, _: Error) -> Result<String, Error> {
     Ok(format!("placeholder {id}@{size}"))
 }
 
@@ -166,7 +166,7 @@ impl Client {
         std::future::ready(Ok(format!("{}/{id}", self.base))).await
     }
 
-    async fn get_cached(&mut self, id: u64) -> Result<String, Error> {
+    async fn get_cached(&mut self, id: u64, _: Error) -> Result<String, Error> {
         Ok(format!("cached/{id}"))
     }
 }
