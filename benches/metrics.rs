@@ -3,7 +3,7 @@
 //! recorder installed, and with a Prometheus recorder.
 //!
 //! The same binary cannot hold both builds, so run it twice and compare the
-//! `instrumented` lines (BENCHMARKS.md, *Observability*):
+//! `instrumented` lines (BENCHMARKS.md, *Telemetry*):
 //!
 //! ```text
 //! cargo bench --bench metrics -- --warm-up-time 1 --measurement-time 3

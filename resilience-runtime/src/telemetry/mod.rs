@@ -5,7 +5,7 @@
 //! Emitted through the [`metrics`](https://docs.rs/metrics) facade, so the
 //! application chooses the exporter (Prometheus, StatsD, OpenTelemetry…)
 //! by installing a recorder; without one nothing is recorded and each
-//! emission costs one check (see `BENCHMARKS.md`, *Observability*). The
+//! emission costs one check (see `BENCHMARKS.md`, *Telemetry*). The
 //! `metrics` cargo feature (on by default) compiles them out entirely.
 //!
 //! | metric | kind | labels |
