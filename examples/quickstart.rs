@@ -14,6 +14,10 @@
 //!    `X-From-Cache: stale` header of an axum response;
 //! 5. recovery: after the cooldown a half-open probe closes the breaker.
 //!
+//! It starts by installing its config file (shown), and ends with a
+//! summary and the metrics the run recorded, as Prometheus would scrape
+//! them.
+//!
 //! `tests/quickstart.rs` runs [`run`] on a paused clock and checks the
 //! story's key lines, so this demo cannot rot.
 
@@ -254,6 +258,11 @@ fn users_breaker() -> &'static CircuitBreaker {
 /// Runs the five scenes against a fresh server. `quiet` records the lines
 /// without printing them.
 pub async fn run(quiet: bool) -> Report {
+    // The library's metrics, as Prometheus would scrape them, recorded for
+    // this run only (a recorder local to this thread: the demo runs on one).
+    let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
+    let metrics = recorder.handle();
+    let _recording = metrics::set_default_local_recorder(&recorder);
     let server = FaultServer::start().await.expect("bind 127.0.0.1");
     let timeline = Arc::new(Timeline::new(quiet));
     let trips = Arc::new(Mutex::new(0));
@@ -301,6 +310,9 @@ pub async fn run(quiet: bool) -> Report {
                     "config: quickstart.toml installed; sites: {}",
                     sites.join(", ")
                 ));
+                for line in CONFIG.trim().lines() {
+                    t.plain(format!("   | {line}"));
+                }
             }
             Err(err) => t.plain(format!("✗ config refused: {err}")),
         }
@@ -453,6 +465,20 @@ pub async fn run(quiet: bool) -> Report {
         report.rejected,
         report.time_saved.as_secs_f64(),
     ));
+    t.plain("\nmetrics (what Prometheus would scrape; the duration histograms left out)");
+    let text = metrics.render();
+    let mut series: Vec<&str> = text
+        .lines()
+        .filter(|line| !line.starts_with('#') && !line.is_empty())
+        .filter(|line| !line.starts_with("http_client_request_duration_seconds"))
+        .collect();
+    series.sort_unstable();
+    if series.is_empty() {
+        t.plain("  none: this build has the `metrics` feature off");
+    }
+    for line in series {
+        t.plain(format!("  {line}"));
+    }
     report.lines = timeline.lines.lock().unwrap().clone();
     report
 }

@@ -59,4 +59,31 @@ async fn the_quickstart_tells_the_whole_story() {
     assert!(report.shows("↺ failed after the retries in "), "{story}");
     // Every attempt of every call reached the server, none of the rejected.
     assert!(report.attempts >= report.calls as usize, "{story}");
+
+    // The config file is shown, and the metrics the run recorded: one
+    // trip, a stale answer for each failed or rejected call of scene 4.
+    assert!(report.shows("   | [breakers.users]"), "{story}");
+    assert!(report.shows("   | cooldown = \"2s\""), "{story}");
+    if !cfg!(feature = "metrics") {
+        return;
+    }
+    let series = |line: &str| report.lines.iter().any(|shown| shown.trim() == line);
+    assert!(
+        series("circuit_breaker_trips_total{service=\"quickstart\",target=\"users\"} 1"),
+        "{story}"
+    );
+    let stale = 3 + report.rejected;
+    assert!(
+        series(&format!(
+            "http_client_fallbacks_total{{service=\"quickstart\",target=\"users\",kind=\"stale\"}} {stale}"
+        )),
+        "{story}"
+    );
+    assert!(
+        series(&format!(
+            "dependency_errors_total{{service=\"quickstart\",target=\"users\",reason=\"circuit_open\"}} {}",
+            report.rejected
+        )),
+        "{story}"
+    );
 }
