@@ -112,6 +112,14 @@
 //! # Ok::<(), resilience::ConfigError>(())
 //! ```
 //!
+//! # One breaker per host or tenant
+//!
+//! When the names are known only at run time, a [`BreakerFamily`] holds
+//! one breaker per key under one name and one [`FamilyConfig`], with a cap
+//! on members and eviction of idle ones; its metrics carry the family's
+//! name, never the key. [`Registry::breaker_for`](crate::registry::Registry::breaker_for)
+//! and `#[circuit_breaker(name = "…", key = arg)]` build them.
+//!
 //! # Cost
 //!
 //! The closed path reads one shared word and adds one to a counter of a
@@ -123,6 +131,7 @@
 //! for the details and `BENCHMARKS.md` for the figures.
 
 mod config;
+mod family;
 mod owner;
 #[cfg(all(feature = "breaker-redis", not(loom)))]
 mod shared;
@@ -145,6 +154,7 @@ use pin_project_lite::pin_project;
 use tokio::time::{Instant, Sleep};
 
 pub use config::{BreakerConfig, Sharing, SlowCall, Window};
+pub use family::{BreakerFamily, FamilyConfig, MAX_MEMBERS};
 pub use state::State;
 
 use self::state::{
@@ -159,6 +169,8 @@ use crate::retry::{ByClassify, Classify, FromRuntimeError, Outcome, When};
 use crate::telemetry::{self, Labels};
 
 type Hook = Box<dyn Fn(&'static str, State, State) + Send + Sync>;
+/// A hook given once and attached to many breakers (a family's members).
+pub(crate) type SharedHook = Arc<dyn Fn(&'static str, State, State) + Send + Sync>;
 
 /// The state word on a cache line of its own, so that the writes of
 /// transitions and ticks to the fields around it never evict it.
@@ -242,9 +254,11 @@ pub struct CircuitBreaker {
 struct Inner {
     /// Read by every call; see [`state`] for the layout.
     state: Padded<AtomicU64>,
-    name: &'static str,
     /// `service` and `target` (the name) of its metrics.
     labels: Labels,
+    /// The key and the family of a [`BreakerFamily`] member (whose name is
+    /// the family's): boxed, so that a breaker of no family pays a word.
+    member: Option<Box<family::Tag>>,
     config: BreakerConfig,
     bucket_width: u64,
     /// Nanoseconds since `origin` at which the cooldown ends.
@@ -335,17 +349,25 @@ impl CircuitBreaker {
             Labels::new(service, name),
             config,
             owner::OWNED,
+            None,
         ))
     }
 
-    fn with_stripes(labels: Labels, config: BreakerConfig, owned: usize) -> Self {
-        let name = labels.target();
-        telemetry::breaker_created(labels, State::Closed);
+    fn with_stripes(
+        labels: Labels,
+        config: BreakerConfig,
+        owned: usize,
+        member: Option<Box<family::Tag>>,
+    ) -> Self {
+        // A member's gauge is its family's, set by the family.
+        if member.is_none() {
+            telemetry::breaker_created(labels, State::Closed);
+        }
         CircuitBreaker {
             inner: Arc::new(Inner {
                 state: Padded(AtomicU64::new(Word::new(CLOSED, false, 0, NO_TICKER).0)),
-                name,
                 labels,
+                member,
                 config,
                 bucket_width: config.bucket_width(),
                 open_until: AtomicU64::new(0),
@@ -361,9 +383,15 @@ impl CircuitBreaker {
         }
     }
 
-    /// The breaker's name.
+    /// The breaker's name; a [`BreakerFamily`] member's is its family's.
     pub fn name(&self) -> &'static str {
-        self.inner.name
+        self.inner.labels.target()
+    }
+
+    /// The key of a [`BreakerFamily`] member, `None` for a breaker of no
+    /// family.
+    pub fn key(&self) -> Option<&str> {
+        self.inner.member.as_deref().map(family::Tag::key)
     }
 
     /// The configuration the breaker runs with (fixed at creation).
@@ -489,7 +517,7 @@ impl CircuitBreaker {
     #[inline]
     fn reject(&self, word: Word) -> DependencyDown {
         self.on_outcome(Fate::Rejected);
-        DependencyDown::new(self.inner.name, word.rejection())
+        DependencyDown::new(self.inner.labels.target(), word.rejection())
     }
 
     /// Every outcome of every call passes here, rejections included.
@@ -581,7 +609,7 @@ impl CircuitBreaker {
         let until_half_open = (word.kind() == OPEN && !word.forced())
             .then(|| Duration::from_nanos(inner.open_until.load(Acquire).saturating_sub(now)));
         Snapshot {
-            name: inner.name,
+            name: inner.labels.target(),
             state: word.state(),
             forced: word.forced(),
             calls: counts.calls,
@@ -825,17 +853,30 @@ impl Inner {
         if let Some(link) = &self.shared {
             link.wake();
         }
-        telemetry::breaker_transition(self.labels, from_state, to_state, forced);
+        match &self.member {
+            None => telemetry::breaker_transition(self.labels, from_state, to_state, forced),
+            Some(member) => member.transition(from_state, to_state, forced),
+        }
         if from_state != to_state {
             let hooks = self
                 .hooks
                 .read()
                 .unwrap_or_else(|poisoned| poisoned.into_inner());
             for hook in hooks.iter() {
-                hook(self.name, from_state, to_state);
+                hook(self.labels.target(), from_state, to_state);
             }
         }
         true
+    }
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        // A member dropped open (evicted members are closed, but a caller
+        // may have kept a handle to one) leaves its family's tally.
+        if let Some(member) = &self.member {
+            member.forget(Word(self.state.load(Acquire)).state());
+        }
     }
 }
 
@@ -843,7 +884,8 @@ impl fmt::Debug for CircuitBreaker {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let word = Word(self.inner.state.load(Relaxed));
         f.debug_struct("CircuitBreaker")
-            .field("name", &self.inner.name)
+            .field("name", &self.inner.labels.target())
+            .field("key", &self.key())
             .field("state", &word.state())
             .field("forced", &word.forced())
             .field("config", &self.inner.config)
@@ -1000,7 +1042,7 @@ impl Drop for Permit<'_> {
 impl fmt::Debug for Permit<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Permit")
-            .field("breaker", &self.breaker.inner.name)
+            .field("breaker", &self.breaker.inner.labels.target())
             .field("admission", &Admission::unpack(self.admission))
             .finish()
     }

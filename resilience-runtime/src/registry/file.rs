@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use crate::breaker::{BreakerConfig, Sharing};
+use crate::breaker::{BreakerConfig, FamilyConfig, Sharing};
 use crate::error::ConfigError;
 use crate::retry::{BudgetConfig, Jitter, PolicyBuilder};
 
@@ -79,6 +79,11 @@ struct BreakerSection {
     slow_ratio: Option<f64>,
     shared: Option<String>,
     sync_interval: Option<String>,
+    /// The cap of a [breaker family](crate::breaker::BreakerFamily) of
+    /// this name; read only when the name is a family's.
+    max_members: Option<u32>,
+    /// When a family member counts as idle; read as `max_members`.
+    idle: Option<String>,
     /// `shared`, leaked once when the file is loaded: [`Sharing`] keeps a
     /// `&'static str`.
     #[serde(skip)]
@@ -172,6 +177,12 @@ impl FileConfig {
             };
             breaker.leak_url();
             if let Err(err) = breaker.apply(base).and_then(|c| c.validate()) {
+                errors.push(err.with_subject(subject()));
+            }
+            if let Err(err) = breaker
+                .apply_family(FamilyConfig::new())
+                .and_then(|c| c.validate())
+            {
                 errors.push(err.with_subject(subject()));
             }
             breakers.insert(name, breaker);
@@ -268,6 +279,16 @@ impl FileConfig {
         }
     }
 
+    /// The family `name`: its members' breaker as [`breaker`](Self::breaker),
+    /// `max_members` and `idle` of `[breakers.<name>]` over `base`.
+    pub(super) fn family(&self, name: &str, base: FamilyConfig) -> FamilyConfig {
+        let base = base.with_breaker(self.breaker(name, *base.breaker()));
+        match self.breakers.get(name) {
+            Some(section) => section.apply_family(base).unwrap_or(base),
+            None => base,
+        }
+    }
+
     /// `[budgets.<name>]` over `base`, checked at load time.
     pub(super) fn budget(&self, name: &str, base: BudgetConfig) -> BudgetConfig {
         match self.budgets.get(name) {
@@ -286,6 +307,16 @@ impl FileConfig {
 }
 
 impl BreakerSection {
+    fn apply_family(&self, mut c: FamilyConfig) -> Result<FamilyConfig, ConfigError> {
+        if let Some(max) = self.max_members {
+            c = c.with_max_members(max);
+        }
+        if let Some(idle) = &self.idle {
+            c = c.with_idle(duration("idle", idle)?);
+        }
+        Ok(c)
+    }
+
     fn apply(&self, mut c: BreakerConfig) -> Result<BreakerConfig, ConfigError> {
         if let Some(min) = self.min {
             c = c.with_min_requests(min);

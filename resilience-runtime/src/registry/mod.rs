@@ -118,7 +118,7 @@ use std::fmt;
 use std::path::Path;
 use std::sync::{OnceLock, RwLock};
 
-use crate::breaker::{BreakerConfig, CircuitBreaker};
+use crate::breaker::{BreakerConfig, BreakerFamily, CircuitBreaker, FamilyConfig};
 use crate::error::ConfigError;
 use crate::retry::{Budget, BudgetConfig, Policy, PolicyBuilder};
 
@@ -246,6 +246,8 @@ struct Shared {
     hooks: HashMap<String, Vec<Hook>>,
     code_budgets: HashMap<String, BudgetConfig>,
     live: HashMap<&'static str, Live>,
+    code_families: HashMap<String, FamilyConfig>,
+    families: HashMap<&'static str, &'static BreakerFamily>,
     budgets: HashMap<String, &'static Budget>,
 }
 
@@ -333,6 +335,79 @@ impl Registry {
                     .unwrap_or_else(|_| unreachable!("the default breaker config is valid"))
             }
         }
+    }
+
+    /// The breaker family `name` ([`BreakerFamily`]), created at the first
+    /// call with the configuration resolved from the file
+    /// (`[breakers.<name>]`, with `max_members` and `idle`), the code
+    /// ([`RegistryBuilder::family`]) and `defaults`, in that order of
+    /// precedence. The same name always gives the same family; hooks given
+    /// to [`RegistryBuilder::on_state_change`] for `name` are attached to
+    /// every member.
+    ///
+    /// ```
+    /// use resilience::breaker::FamilyConfig;
+    /// use resilience::registry::Registry;
+    ///
+    /// let registry = Registry::builder()
+    ///     .config_str("[breakers.payments]\nmax_members = 500\nidle = \"10m\"\n", "inline")?
+    ///     .build()?;
+    /// let family = registry.family("payments", FamilyConfig::new());
+    /// assert_eq!(family.config().max_members(), 500);
+    /// # Ok::<(), resilience::ConfigError>(())
+    /// ```
+    pub fn family(&self, name: &'static str, defaults: FamilyConfig) -> &'static BreakerFamily {
+        if let Some(family) = self.read().families.get(name) {
+            return family;
+        }
+        let mut shared = self.write();
+        if let Some(family) = shared.families.get(name) {
+            return family;
+        }
+        let from_code = shared.code_families.get(name).copied().unwrap_or(defaults);
+        let config = self.file.family(name, from_code);
+        let family = BreakerFamily::new_in(self.service, name, config).unwrap_or_else(|err| {
+            // Each part was checked on its own; only their combination
+            // can fail here.
+            tracing::error!(
+                family = name,
+                error = %err,
+                "the configuration file and the code combine into an invalid breaker family; using the code's values"
+            );
+            BreakerFamily::new_in(self.service, name, from_code)
+                .or_else(|_| BreakerFamily::new_in(self.service, name, FamilyConfig::new()))
+                .unwrap_or_else(|_| unreachable!("the default family config is valid"))
+        });
+        let family: &'static BreakerFamily = Box::leak(Box::new(family));
+        for hook in shared.hooks.get(name).into_iter().flatten() {
+            let hook = hook.clone();
+            family.on_state_change(move |name, from, to| hook(name, from, to));
+        }
+        shared.families.insert(name, family);
+        family
+    }
+
+    /// The breaker of `key` in the family `name`: [`family`](Self::family)
+    /// with [`FamilyConfig::new`] as defaults, then [`BreakerFamily::get`].
+    /// For breakers whose names are known only at run time, one per host
+    /// or tenant; their metrics carry `name` as `target`, never the key.
+    ///
+    /// ```
+    /// use resilience::registry::Registry;
+    ///
+    /// let registry = Registry::builder().build()?;
+    /// let host = String::from("eu.payments.example");
+    /// let breaker = registry.breaker_for("payments", &host);
+    /// assert_eq!((breaker.name(), breaker.key()), ("payments", Some("eu.payments.example")));
+    /// # Ok::<(), resilience::ConfigError>(())
+    /// ```
+    pub fn breaker_for(&self, name: &'static str, key: &str) -> CircuitBreaker {
+        self.family(name, FamilyConfig::new()).get(key)
+    }
+
+    /// The breaker families created so far.
+    pub fn families(&self) -> Vec<&'static BreakerFamily> {
+        self.read().families.values().copied().collect()
     }
 
     /// The retry policy named `name`: `[retry.<name>]` of the file over the
@@ -443,6 +518,24 @@ impl Registry {
                         };
                         SiteConfig::Breaker(config)
                     }
+                    Defaults::Family(defaults) => {
+                        if !seen.insert(site.name) {
+                            return None;
+                        }
+                        let config = match self.read().families.get(site.name) {
+                            Some(family) => *family.config(),
+                            None => {
+                                let shared = self.read();
+                                let from_code = shared
+                                    .code_families
+                                    .get(site.name)
+                                    .copied()
+                                    .unwrap_or(defaults);
+                                self.file.family(site.name, from_code)
+                            }
+                        };
+                        SiteConfig::Family(config)
+                    }
                 };
                 Some(SiteInfo {
                     name: site.name,
@@ -450,7 +543,7 @@ impl Registry {
                 })
             })
             .collect();
-        all.sort_by_key(|site| (matches!(site.config, SiteConfig::Breaker(_)), site.name));
+        all.sort_by_key(|site| (!matches!(site.config, SiteConfig::Retry(_)), site.name));
         all
     }
 
@@ -465,9 +558,10 @@ impl Registry {
         let shared = self.read();
         let breakers: Vec<&str> = linked
             .iter()
-            .filter(|s| matches!(s.config, Defaults::Breaker(_)))
+            .filter(|s| matches!(s.config, Defaults::Breaker(_) | Defaults::Family(_)))
             .map(|s| s.name)
             .chain(shared.code_breakers.keys().map(String::as_str))
+            .chain(shared.code_families.keys().map(String::as_str))
             .chain(shared.hooks.keys().map(String::as_str))
             .collect();
         let policies: Vec<&str> = linked
@@ -697,6 +791,14 @@ impl RegistryBuilder {
         self
     }
 
+    /// The configuration of the breaker family `name`
+    /// ([`Registry::family`]), over the attribute's values (the config file
+    /// still wins).
+    pub fn family(mut self, name: impl Into<String>, config: FamilyConfig) -> Self {
+        self.shared.code_families.insert(name.into(), config);
+        self
+    }
+
     /// The retry policy `name`, over the attribute's values (the config
     /// file still wins).
     pub fn policy(mut self, name: impl Into<String>, policy: Policy) -> Self {
@@ -770,6 +872,11 @@ impl RegistryBuilder {
             config
                 .validate()
                 .map_err(|err| err.with_subject(format!("circuit breaker `{name}`")))?;
+        }
+        for (name, config) in &self.shared.code_families {
+            config
+                .validate()
+                .map_err(|err| err.with_subject(format!("breaker family `{name}`")))?;
         }
         for (name, config) in &self.shared.code_budgets {
             config

@@ -11,7 +11,7 @@
 
 use std::fmt;
 
-use crate::breaker::BreakerConfig;
+use crate::breaker::{BreakerConfig, FamilyConfig};
 use crate::retry::{Policy, PolicyBuilder};
 
 /// A site as the registry sees it; implemented by the facade's call-site
@@ -47,6 +47,8 @@ pub enum Defaults {
     Retry(PolicyBuilder),
     /// A `#[circuit_breaker]`.
     Breaker(BreakerConfig),
+    /// A `#[circuit_breaker(key = ..)]`: a breaker family.
+    Family(FamilyConfig),
 }
 
 #[cfg(resilience_linked)]
@@ -119,6 +121,8 @@ pub enum SiteConfig {
     Retry(Policy),
     /// A `#[circuit_breaker]` site's breaker.
     Breaker(BreakerConfig),
+    /// A `#[circuit_breaker(key = ..)]` site's family.
+    Family(FamilyConfig),
 }
 
 impl fmt::Display for SiteInfo {
@@ -128,6 +132,9 @@ impl fmt::Display for SiteInfo {
                 write!(f, "[retry.{}] {policy:?}", super::toml_key(self.name))
             }
             SiteConfig::Breaker(config) => {
+                write!(f, "[breakers.{}] {config:?}", super::toml_key(self.name))
+            }
+            SiteConfig::Family(config) => {
                 write!(f, "[breakers.{}] {config:?}", super::toml_key(self.name))
             }
         }

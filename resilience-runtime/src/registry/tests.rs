@@ -347,3 +347,107 @@ fn a_bad_budget_value_names_the_file_the_section_and_the_key() {
     assert_eq!(err.field(), "ratio");
     assert!(err.subject().contains("retry budget `user`"), "{err}");
 }
+
+#[test]
+fn a_family_takes_the_file_then_the_code_then_the_attribute() {
+    use crate::breaker::FamilyConfig;
+    let toml = "[defaults]\ncooldown = \"10s\"\n\n[breakers.payments]\nmin = 7\nmax_members = 50\n";
+    let r = Registry::builder()
+        .service("checkout")
+        .family(
+            "payments",
+            FamilyConfig::new()
+                .with_breaker(BreakerConfig::new().with_half_open(3))
+                .with_idle(Duration::from_secs(60)),
+        )
+        .config_str(toml, "resilience.toml")
+        .unwrap()
+        .build()
+        .unwrap();
+    let family = r.family("payments", FamilyConfig::new().with_max_members(9));
+    let c = family.config();
+    assert_eq!((c.max_members(), c.idle()), (50, Duration::from_secs(60)));
+    let b = c.breaker();
+    assert_eq!(
+        (b.min_requests(), b.half_open(), b.cooldown()),
+        (7, 3, Duration::from_secs(10))
+    );
+    // The same name, the same family, whatever the defaults.
+    assert!(std::ptr::eq(
+        family,
+        r.family("payments", FamilyConfig::new())
+    ));
+    let host = String::from("eu.example");
+    let breaker = r.breaker_for("payments", &host);
+    assert_eq!(
+        (breaker.name(), breaker.key()),
+        ("payments", Some("eu.example"))
+    );
+    assert_eq!(breaker.config().min_requests(), 7);
+    assert_eq!(family.len(), 1);
+    assert_eq!(r.families().len(), 1);
+}
+
+#[test]
+fn hooks_given_by_name_reach_every_member() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    static CHANGES: AtomicUsize = AtomicUsize::new(0);
+    let r = Registry::builder()
+        .family(
+            "tenants",
+            crate::breaker::FamilyConfig::new()
+                .with_breaker(BreakerConfig::new().with_min_requests(1)),
+        )
+        .on_state_change("tenants", |name, _, _| {
+            assert_eq!(name, "tenants");
+            CHANGES.fetch_add(1, Ordering::Relaxed);
+        })
+        .build()
+        .unwrap();
+    for tenant in ["acme", "globex"] {
+        r.breaker_for("tenants", tenant)
+            .try_acquire()
+            .unwrap()
+            .failure();
+    }
+    assert_eq!(CHANGES.load(Ordering::Relaxed), 2);
+}
+
+#[test]
+fn family_keys_in_the_file_are_checked_and_named() {
+    let check = |toml: &str| {
+        let err = Registry::builder().config_str(toml, "r.toml").unwrap_err();
+        (
+            err.field().to_owned(),
+            err.value().to_owned(),
+            err.to_string(),
+        )
+    };
+    let (field, value, text) = check("[breakers.payments]\nmax_members = 0\n");
+    assert_eq!((field.as_str(), value.as_str()), ("max_members", "0"));
+    assert!(text.contains("[breakers.payments]"), "{text}");
+    let (field, value, _) = check("[breakers.payments]\nmax_members = 2000000\n");
+    assert_eq!((field.as_str(), value.as_str()), ("max_members", "2000000"));
+    let (field, value, _) = check("[breakers.payments]\nidle = \"500ms\"\n");
+    assert_eq!((field.as_str(), value.as_str()), ("idle", "500ms"));
+    let (field, _, _) = check("[breakers.payments]\nidle = \"soon\"\n");
+    assert_eq!(field, "idle");
+    let (field, _, text) = check("[breakers.payments]\nmax_members = -1\n");
+    assert!(text.contains("max_members"), "{field}: {text}");
+}
+
+#[test]
+fn a_family_given_in_code_is_checked_at_build() {
+    let err = Registry::builder()
+        .family(
+            "payments",
+            crate::breaker::FamilyConfig::new().with_max_members(0),
+        )
+        .build()
+        .unwrap_err();
+    assert_eq!((err.field(), err.value()), ("max_members", "0"));
+    assert!(
+        err.to_string().contains("breaker family `payments`"),
+        "{err}"
+    );
+}

@@ -31,6 +31,30 @@ pub(crate) fn breaker_transition(labels: Labels, from: State, to: State, forced:
     }
 }
 
+/// The gauge of a breaker family: the worst state among its members.
+pub(crate) fn family_state(labels: Labels, worst: State) {
+    emit::gauge(BREAKER_STATE, labels, f64::from(worst.as_gauge()));
+}
+
+/// A family member's state change: the WARN names its key (logs may; a
+/// label may not), the trip counts for the family. The gauge is the
+/// family's, set by [`family_state`].
+pub(crate) fn member_transition(labels: Labels, key: &str, from: State, to: State, forced: bool) {
+    tracing::warn!(
+        target: "resilience",
+        service = labels.service(),
+        breaker = labels.target(),
+        key,
+        from = from.as_str(),
+        to = to.as_str(),
+        forced,
+        "circuit breaker state changed"
+    );
+    if from == State::Closed && to == State::Open && !forced {
+        emit::increment(BREAKER_TRIPS_TOTAL, labels, &[]);
+    }
+}
+
 /// A call rejected without running: `dependency_errors_total{reason =
 /// "circuit_open"}`, once per logical call.
 #[inline(always)]

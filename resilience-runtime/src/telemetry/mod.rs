@@ -24,7 +24,9 @@
 //! becomes a label.
 //!
 //! - `service`: this application, from its startup configuration; `target`:
-//!   the breaker or policy name ([`Labels`]).
+//!   the breaker or policy name ([`Labels`]); for the members of a
+//!   [`BreakerFamily`](crate::breaker::BreakerFamily), the family's name,
+//!   never their key (a host, a tenant).
 //! - `attempt`: `1` … `9`, then `10+` ([`attempt_label`]).
 //! - `result` ([`AttemptResult`]): `success`, `retry` or `exhausted`, one
 //!   sample per attempt. A chain that stops on a *permanent* error (a 404,
@@ -102,7 +104,9 @@ mod tests;
 
 #[cfg(feature = "breaker-redis")]
 pub(crate) use breaker::breaker_shared_fallback;
-pub(crate) use breaker::{breaker_created, breaker_rejected, breaker_transition};
+pub(crate) use breaker::{
+    breaker_created, breaker_rejected, breaker_transition, family_state, member_transition,
+};
 pub use call::{CallScope, Entered, Observed, observe};
 pub use emit::{describe, recorder_installed};
 pub use labels::{AttemptResult, Fallback, Labels, Status, attempt_label, fallback};

@@ -344,6 +344,46 @@ fn breaker_transitions_set_the_gauge_and_count_trips() {
     );
 }
 
+#[tokio::test(start_paused = true)]
+async fn a_family_reports_under_its_name_whatever_its_keys() {
+    use crate::breaker::{BreakerConfig, BreakerFamily, FamilyConfig};
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    let _local = metrics::set_default_local_recorder(&recorder);
+    let state = "circuit_breaker_state{service=\"checkout\",target=\"user\"}";
+    let trips = "circuit_breaker_trips_total{service=\"checkout\",target=\"user\"}";
+    let config = FamilyConfig::new().with_breaker(BreakerConfig::new().with_min_requests(1));
+    let family = BreakerFamily::new_in("checkout", "user", config).unwrap();
+    assert_eq!(read(&snapshotter), series(&[(state, Value::Gauge(0.0))]));
+
+    // 500 hosts, each tripped and then rejecting one call: still three
+    // series, none naming a host.
+    for host in 0..500 {
+        let breaker = family.get(&format!("10.0.{}.{}", host / 256, host % 256));
+        breaker.try_acquire().unwrap().failure();
+        assert!(breaker.try_acquire().is_err());
+    }
+    assert_eq!(
+        read(&snapshotter),
+        series(&[
+            (state, Value::Gauge(2.0)),
+            (trips, Value::Counter(500)),
+            (&errors("circuit_open"), Value::Counter(500)),
+        ])
+    );
+
+    // The gauge is the worst member: open while one of them is.
+    for host in 1..500 {
+        family
+            .find(&format!("10.0.{}.{}", host / 256, host % 256))
+            .unwrap()
+            .reset();
+    }
+    assert_eq!(read(&snapshotter)[state], Value::Gauge(2.0));
+    family.find("10.0.0.0").unwrap().reset();
+    assert_eq!(read(&snapshotter)[state], Value::Gauge(0.0));
+}
+
 #[test]
 fn a_rejected_call_is_one_circuit_open_error() {
     let recorder = DebuggingRecorder::new();

@@ -231,7 +231,7 @@ impl Engine {
         };
         tracing::debug!(
             target: "resilience",
-            breaker = inner.name,
+            breaker = inner.labels.target(),
             calls = reply.counts.calls,
             failures = reply.counts.failures,
             slow = reply.counts.slow,
@@ -261,7 +261,7 @@ impl Engine {
                 tracing::warn!(
                     target: "resilience",
                     service = inner.labels.service(),
-                    breaker = inner.name,
+                    breaker = inner.labels.target(),
                     "Redis answers again: the shared circuit breaker follows its fleet again"
                 );
                 self.warned = false;
@@ -317,7 +317,7 @@ impl Engine {
             tracing::warn!(
                 target: "resilience",
                 service = inner.labels.service(),
-                breaker = inner.name,
+                breaker = inner.labels.target(),
                 error = %err,
                 "Redis does not answer: the shared circuit breaker decides alone until it does"
             );
