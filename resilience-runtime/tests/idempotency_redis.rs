@@ -25,8 +25,8 @@ use http_body_util::BodyExt;
 use redis::Commands;
 use resilience_runtime::IdempotencyKey;
 use resilience_runtime::idempotency::server::{
-    Begin, EffectNotApplied, Entry, Fingerprint, IdempotencyLayer, IdempotencyStore, Lease,
-    Outcome, RedisStore, StoreError, StoredResponse,
+    Begin, EffectNotApplied, Entry, Fingerprint, IdempotencyConfig, IdempotencyLayer,
+    IdempotencyStore, Lease, Outcome, RedisStore, StoreError, StoredResponse,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -674,4 +674,147 @@ async fn redis_backed_layer_recovers_within_a_second_of_a_redis_restart() {
             (StatusCode::CREATED, true, paid)
         );
     }
+}
+
+/// A handler behind a layer whose lock ttl is `lock_ttl`: it announces
+/// each start, then waits for a permit of `gate`.
+struct Gated {
+    app: Router,
+    applied: Arc<AtomicUsize>,
+    started: mpsc::UnboundedReceiver<()>,
+    gate: Arc<Semaphore>,
+}
+
+impl Gated {
+    fn new(store: RedisStore, lock_ttl: Duration) -> Self {
+        let config = IdempotencyConfig::builder()
+            .with_lock_ttl(lock_ttl)
+            .with_store_timeout(lock_ttl / 4)
+            .build()
+            .unwrap();
+        let (tx, started) = mpsc::unbounded_channel();
+        let applied = Arc::new(AtomicUsize::new(0));
+        let gate = Arc::new(Semaphore::new(0));
+        let pay = {
+            let (applied, gate) = (Arc::clone(&applied), Arc::clone(&gate));
+            move || async move {
+                tx.send(()).unwrap();
+                gate.acquire().await.unwrap().forget();
+                let n = applied.fetch_add(1, Ordering::SeqCst) + 1;
+                (StatusCode::CREATED, format!("paid {n}"))
+            }
+        };
+        let app = Router::new()
+            .route("/pay", post(pay))
+            .layer(IdempotencyLayer::with_config(store, config));
+        Self {
+            app,
+            applied,
+            started,
+            gate,
+        }
+    }
+
+    /// (status, replayed, body) of a `POST /pay` with `key`.
+    fn send(&self, key: &'static str) -> impl Future<Output = (StatusCode, bool, String)> + use<> {
+        let app = self.app.clone();
+        async move {
+            let request = Request::post("/pay")
+                .header("Idempotency-Key", key)
+                .body(Body::from("{}"))
+                .unwrap();
+            let response = app.oneshot(request).await.unwrap();
+            let replayed = response.headers().contains_key("x-idempotency-replay");
+            let status = response.status();
+            let body = response.into_body().collect().await.unwrap().to_bytes();
+            (status, replayed, String::from_utf8(body.to_vec()).unwrap())
+        }
+    }
+}
+
+/// The lock is a lease: a handler running four times its lock ttl keeps
+/// its key, renewed in Redis, so that every retry meanwhile gets 409 and
+/// the payment is made once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs Redis at REDIS_URL (default redis://127.0.0.1:6379/)"]
+async fn redis_backed_layer_renews_the_lock_of_a_handler_running_past_its_lock_ttl() {
+    let s = Scoped::new("lease").await;
+    let lock_ttl = Duration::from_millis(600);
+    let mut p = Gated::new(s.store.clone(), lock_ttl);
+    let first = tokio::spawn(p.send("lease-1"));
+    p.started.recv().await.unwrap();
+    let began = Instant::now();
+
+    let mut retries = 0;
+    while began.elapsed() < lock_ttl * 4 {
+        // A lost lock would let the retry into the handler, where it waits.
+        let retry = timeout(Duration::from_secs(2), p.send("lease-1"))
+            .await
+            .expect("the retry got into the handler: the lock was lost");
+        assert_eq!(
+            retry.0,
+            StatusCode::CONFLICT,
+            "retry {retries}, {:?} into the handler: {retry:?}",
+            began.elapsed()
+        );
+        retries += 1;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // Renewed, not made permanent: the key still expires within a lock
+    // ttl if the holder stops renewing.
+    let pttl: i64 = s
+        .connection()
+        .pttl(s.store.redis_key(&key("lease-1")))
+        .unwrap();
+    assert!(pttl > 0 && pttl <= 600, "pttl {pttl} ms");
+
+    p.gate.add_permits(1);
+    let first = first.await.unwrap();
+    assert_eq!(first, (StatusCode::CREATED, false, "paid 1".into()));
+    let replay = p.send("lease-1").await;
+    assert_eq!(replay, (StatusCode::CREATED, true, "paid 1".into()));
+    assert!(retries >= 20, "{retries} retries in 2.4 s");
+    assert_eq!(p.applied.load(Ordering::SeqCst), 1);
+    assert!(p.started.try_recv().is_err(), "the handler started once");
+}
+
+/// A holder that took the lock and died (no renewals, no response) blocks
+/// its key for one lock ttl, and no longer: then the retry runs the
+/// handler, once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs Redis at REDIS_URL (default redis://127.0.0.1:6379/)"]
+async fn redis_backed_layer_runs_the_retry_of_a_crashed_holder_once_its_lock_ttl_passed() {
+    let s = Scoped::new("crashed").await;
+    let lock_ttl = Duration::from_millis(500);
+    let mut p = Gated::new(s.store.clone(), lock_ttl);
+    p.gate.add_permits(10);
+    let dead = Lease::new(Fingerprint::of(
+        &Method::POST,
+        &Uri::from_static("/pay"),
+        b"{}",
+    ));
+    let taken = s.store.begin(&key("crash-1"), &dead, lock_ttl).await;
+    assert!(matches!(taken, Ok(Begin::Started)), "{taken:?}");
+    let began = Instant::now();
+
+    let mut conflicts = 0;
+    let reply = loop {
+        let reply = p.send("crash-1").await;
+        if reply.0 != StatusCode::CONFLICT {
+            break reply;
+        }
+        conflicts += 1;
+        assert!(began.elapsed() < Duration::from_secs(5), "still locked");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let waited = began.elapsed();
+    assert_eq!(reply, (StatusCode::CREATED, false, "paid 1".into()));
+    // Redis expired the lock: not before its ttl (less the round trip of
+    // the `begin`, made before the clock started), and not long after.
+    assert!(waited >= lock_ttl - Duration::from_millis(50), "{waited:?}");
+    assert!(waited < Duration::from_secs(3), "{waited:?}");
+    assert!(conflicts >= 5, "{conflicts} answers 409 while locked");
+    assert_eq!(p.applied.load(Ordering::SeqCst), 1);
+    assert_eq!(p.started.try_recv(), Ok(()));
+    assert!(p.started.try_recv().is_err(), "the handler started once");
 }
