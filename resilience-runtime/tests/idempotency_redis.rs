@@ -220,18 +220,7 @@ async fn redis_backed_layer_runs_a_payment_once_and_replays_it() {
         .with_state(Arc::clone(&calls))
         .layer(IdempotencyLayer::new(s.store.clone()));
     let send = |path: &'static str, key: &'static str, body: &'static str| {
-        let app = app.clone();
-        async move {
-            let request = Request::post(path)
-                .header("Idempotency-Key", key)
-                .body(Body::from(body))
-                .unwrap();
-            let response = app.oneshot(request).await.unwrap();
-            let replayed = response.headers().contains_key("x-idempotency-replay");
-            let status = response.status();
-            let body = response.into_body().collect().await.unwrap().to_bytes();
-            (status, replayed, String::from_utf8(body.to_vec()).unwrap())
-        }
+        send_to(app.clone(), path, key, body)
     };
 
     let first = send("/payments", "order-42", "{}").await;
@@ -373,6 +362,10 @@ struct Payments {
 
 impl Payments {
     fn new(store: RedisStore) -> Self {
+        Self::with_config(store, IdempotencyConfig::default())
+    }
+
+    fn with_config(store: RedisStore, config: IdempotencyConfig) -> Self {
         let applied = Arc::new(AtomicUsize::new(0));
         let gate = Arc::new(Semaphore::new(0));
         let (tx, started) = mpsc::unbounded_channel();
@@ -395,7 +388,7 @@ impl Payments {
         let app = Router::new()
             .route("/pay", post(pay))
             .route("/commit", post(commit))
-            .layer(IdempotencyLayer::new(store));
+            .layer(IdempotencyLayer::with_config(store, config));
         Self {
             app,
             applied,
@@ -410,15 +403,7 @@ impl Payments {
 
     /// (status, replayed, body).
     async fn send(&self, path: &str, key: &str) -> (StatusCode, bool, String) {
-        let request = Request::post(path)
-            .header("Idempotency-Key", key)
-            .body(Body::from("{}"))
-            .unwrap();
-        let response = self.app.clone().oneshot(request).await.unwrap();
-        let replayed = response.headers().contains_key("x-idempotency-replay");
-        let status = response.status();
-        let body = response.into_body().collect().await.unwrap().to_bytes();
-        (status, replayed, String::from_utf8(body.to_vec()).unwrap())
+        send_to(self.app.clone(), path, key, "{}").await
     }
 
     /// Sends until the answer is not `409` (in flight), as a client told
@@ -676,60 +661,31 @@ async fn redis_backed_layer_recovers_within_a_second_of_a_redis_restart() {
     }
 }
 
-/// A handler behind a layer whose lock ttl is `lock_ttl`: it announces
-/// each start, then waits for a permit of `gate`.
-struct Gated {
+/// (status, replayed, body) of a `POST path` with `key` and `body` to `app`.
+async fn send_to(
     app: Router,
-    applied: Arc<AtomicUsize>,
-    started: mpsc::UnboundedReceiver<()>,
-    gate: Arc<Semaphore>,
+    path: &str,
+    key: &str,
+    body: &'static str,
+) -> (StatusCode, bool, String) {
+    let request = Request::post(path)
+        .header("Idempotency-Key", key)
+        .body(Body::from(body))
+        .unwrap();
+    let response = app.oneshot(request).await.unwrap();
+    let replayed = response.headers().contains_key("x-idempotency-replay");
+    let status = response.status();
+    let body = response.into_body().collect().await.unwrap().to_bytes();
+    (status, replayed, String::from_utf8(body.to_vec()).unwrap())
 }
 
-impl Gated {
-    fn new(store: RedisStore, lock_ttl: Duration) -> Self {
-        let config = IdempotencyConfig::builder()
-            .with_lock_ttl(lock_ttl)
-            .with_store_timeout(lock_ttl / 4)
-            .build()
-            .unwrap();
-        let (tx, started) = mpsc::unbounded_channel();
-        let applied = Arc::new(AtomicUsize::new(0));
-        let gate = Arc::new(Semaphore::new(0));
-        let pay = {
-            let (applied, gate) = (Arc::clone(&applied), Arc::clone(&gate));
-            move || async move {
-                tx.send(()).unwrap();
-                gate.acquire().await.unwrap().forget();
-                let n = applied.fetch_add(1, Ordering::SeqCst) + 1;
-                (StatusCode::CREATED, format!("paid {n}"))
-            }
-        };
-        let app = Router::new()
-            .route("/pay", post(pay))
-            .layer(IdempotencyLayer::with_config(store, config));
-        Self {
-            app,
-            applied,
-            started,
-            gate,
-        }
-    }
-
-    /// (status, replayed, body) of a `POST /pay` with `key`.
-    fn send(&self, key: &'static str) -> impl Future<Output = (StatusCode, bool, String)> + use<> {
-        let app = self.app.clone();
-        async move {
-            let request = Request::post("/pay")
-                .header("Idempotency-Key", key)
-                .body(Body::from("{}"))
-                .unwrap();
-            let response = app.oneshot(request).await.unwrap();
-            let replayed = response.headers().contains_key("x-idempotency-replay");
-            let status = response.status();
-            let body = response.into_body().collect().await.unwrap().to_bytes();
-            (status, replayed, String::from_utf8(body.to_vec()).unwrap())
-        }
-    }
+/// The layer's config with a lock ttl short enough to outlive in a test.
+fn short_lock(lock_ttl: Duration) -> IdempotencyConfig {
+    IdempotencyConfig::builder()
+        .with_lock_ttl(lock_ttl)
+        .with_store_timeout(lock_ttl / 4)
+        .build()
+        .unwrap()
 }
 
 /// The lock is a lease: a handler running four times its lock ttl keeps
@@ -740,15 +696,18 @@ impl Gated {
 async fn redis_backed_layer_renews_the_lock_of_a_handler_running_past_its_lock_ttl() {
     let s = Scoped::new("lease").await;
     let lock_ttl = Duration::from_millis(600);
-    let mut p = Gated::new(s.store.clone(), lock_ttl);
-    let first = tokio::spawn(p.send("lease-1"));
+    let mut p = Payments::with_config(s.store.clone(), short_lock(lock_ttl));
+    let first = {
+        let app = p.app.clone();
+        tokio::spawn(async move { send_to(app, "/commit", "lease-1", "{}").await })
+    };
     p.started.recv().await.unwrap();
     let began = Instant::now();
 
     let mut retries = 0;
     while began.elapsed() < lock_ttl * 4 {
         // A lost lock would let the retry into the handler, where it waits.
-        let retry = timeout(Duration::from_secs(2), p.send("lease-1"))
+        let retry = timeout(Duration::from_secs(2), p.send("/commit", "lease-1"))
             .await
             .expect("the retry got into the handler: the lock was lost");
         assert_eq!(
@@ -771,10 +730,10 @@ async fn redis_backed_layer_renews_the_lock_of_a_handler_running_past_its_lock_t
     p.gate.add_permits(1);
     let first = first.await.unwrap();
     assert_eq!(first, (StatusCode::CREATED, false, "paid 1".into()));
-    let replay = p.send("lease-1").await;
+    let replay = p.send("/commit", "lease-1").await;
     assert_eq!(replay, (StatusCode::CREATED, true, "paid 1".into()));
     assert!(retries >= 20, "{retries} retries in 2.4 s");
-    assert_eq!(p.applied.load(Ordering::SeqCst), 1);
+    assert_eq!(p.applied(), 1);
     assert!(p.started.try_recv().is_err(), "the handler started once");
 }
 
@@ -786,11 +745,11 @@ async fn redis_backed_layer_renews_the_lock_of_a_handler_running_past_its_lock_t
 async fn redis_backed_layer_runs_the_retry_of_a_crashed_holder_once_its_lock_ttl_passed() {
     let s = Scoped::new("crashed").await;
     let lock_ttl = Duration::from_millis(500);
-    let mut p = Gated::new(s.store.clone(), lock_ttl);
+    let mut p = Payments::with_config(s.store.clone(), short_lock(lock_ttl));
     p.gate.add_permits(10);
     let dead = Lease::new(Fingerprint::of(
         &Method::POST,
-        &Uri::from_static("/pay"),
+        &Uri::from_static("/commit"),
         b"{}",
     ));
     let taken = s.store.begin(&key("crash-1"), &dead, lock_ttl).await;
@@ -799,7 +758,7 @@ async fn redis_backed_layer_runs_the_retry_of_a_crashed_holder_once_its_lock_ttl
 
     let mut conflicts = 0;
     let reply = loop {
-        let reply = p.send("crash-1").await;
+        let reply = p.send("/commit", "crash-1").await;
         if reply.0 != StatusCode::CONFLICT {
             break reply;
         }
@@ -814,7 +773,7 @@ async fn redis_backed_layer_runs_the_retry_of_a_crashed_holder_once_its_lock_ttl
     assert!(waited >= lock_ttl - Duration::from_millis(50), "{waited:?}");
     assert!(waited < Duration::from_secs(3), "{waited:?}");
     assert!(conflicts >= 5, "{conflicts} answers 409 while locked");
-    assert_eq!(p.applied.load(Ordering::SeqCst), 1);
+    assert_eq!(p.applied(), 1);
     assert_eq!(p.started.try_recv(), Ok(()));
     assert!(p.started.try_recv().is_err(), "the handler started once");
 }
