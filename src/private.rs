@@ -299,6 +299,16 @@ impl<E> ProbeAny for Probe<E> {
     }
 }
 
+/// Asks for `E: Classify` of a protected fn returning `R = Result<T, E>`,
+/// through the trait's path (see the macros' `error_checks`).
+#[inline(always)]
+pub fn classified<R: ResultError>(_: fn(&R::Error) -> Verdict) {}
+
+/// Asks for `E: FromRuntimeError` of a protected fn returning
+/// `R = Result<T, E>`, through the trait's path.
+#[inline(always)]
+pub fn carries_runtime_errors<R: ResultError>(_: fn(Error) -> R::Error) {}
+
 /// The error type of a `Result`, for [`Probe`].
 pub trait ResultError {
     /// `E` of `Result<T, E>`.

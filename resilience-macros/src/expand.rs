@@ -261,6 +261,10 @@ pub(crate) fn expand(plan: Plan<'_>) -> TokenStream {
         };
     }
 
+    let classified = breaker.is_some() || retry.is_some_and(|args| args.when.is_none());
+    let checks = error_checks(&result, classified);
+    body = quote!(#checks #body);
+
     if let Some((box_pin, prelude)) = wrap {
         body = quote! {
             #box_pin(async move {
@@ -274,6 +278,28 @@ pub(crate) fn expand(plan: Plan<'_>) -> TokenStream {
         #vis #sig {
             #body
         }
+    }
+}
+
+/// What the expansion needs of the error type `E`, asked through the
+/// traits' own paths at the user's `E`: `E: Classify` (unless a `when`
+/// classifies), and `E: From<resilience::Error>`. A missing impl is then
+/// reported there, once, with the trait's message, rather than as a bound
+/// of the runtime's internal fns (the same error at the same place is not
+/// repeated). Nothing runs: the fns take the trait methods and do nothing.
+fn error_checks(result: &ResultType, classified: bool) -> TokenStream {
+    if !result.nameable {
+        return TokenStream::new();
+    }
+    let (ret, span) = (&result.ty, result.error_span);
+    let classify = classified.then(|| {
+        quote_spanned! {span=>
+            ::resilience::__private::classified::<#ret>(::resilience::retry::Classify::classify);
+        }
+    });
+    quote_spanned! {span=>
+        #classify
+        ::resilience::__private::carries_runtime_errors::<#ret>(::resilience::retry::FromRuntimeError::from_runtime);
     }
 }
 
