@@ -71,6 +71,12 @@ pub(crate) async fn serve(
     // When the proxy last forwarded client bytes: `None` until the first
     // ones, which start the "response".
     let (forwarded, forwarded_rx) = watch::channel(None::<Instant>);
+    // Whether the client's bytes held the request a toxic waits for.
+    let trigger = match fault {
+        Some(Toxic::ResetAfterResponseTo { request, .. }) => Some(request),
+        _ => None,
+    };
+    let (armed, armed_rx) = watch::channel(false);
 
     let end = {
         let mut up = pin!(pump_up(
@@ -80,6 +86,7 @@ pub(crate) async fn serve(
             bandwidth.map(Throttle::new),
             &mut rng,
             &forwarded,
+            trigger.map(|request| (request, &armed)),
         ));
         let mut down = pin!(pump_down(
             &mut server_read,
@@ -87,6 +94,7 @@ pub(crate) async fn serve(
             bandwidth.map(Throttle::new),
             fault,
             forwarded_rx,
+            armed_rx,
             counters,
         ));
         let mut up_done = false;
@@ -127,8 +135,11 @@ async fn pump_up(
     mut throttle: Option<Throttle>,
     rng: &mut StdRng,
     forwarded: &watch::Sender<Option<Instant>>,
+    trigger: Option<(&'static [u8], &watch::Sender<bool>)>,
 ) -> io::Result<()> {
     let mut buf = vec![0; BUFFER];
+    // The last bytes read, so that a request split across reads matches.
+    let mut tail = Vec::new();
     loop {
         let n = from.read(&mut buf).await?;
         if n == 0 {
@@ -139,6 +150,15 @@ async fn pump_up(
             let jitter_nanos = u64::try_from(jitter.as_nanos()).unwrap_or(u64::MAX);
             sleep(delay.saturating_add(Duration::from_nanos(rng.random_range(0..=jitter_nanos))))
                 .await;
+        }
+        if let Some((request, armed)) = trigger.filter(|(_, armed)| !*armed.borrow()) {
+            tail.extend_from_slice(&buf[..n]);
+            if tail.windows(request.len()).any(|window| window == request) {
+                // Before the write, as below: the answer may come first.
+                armed.send_replace(true);
+            }
+            let keep = request.len().saturating_sub(1);
+            tail.drain(..tail.len().saturating_sub(keep));
         }
         // Marked before the write too: the upstream may answer before the
         // write returns.
@@ -157,6 +177,7 @@ async fn pump_down(
     mut throttle: Option<Throttle>,
     fault: Option<Toxic>,
     mut forwarded: watch::Receiver<Option<Instant>>,
+    armed: watch::Receiver<bool>,
     counters: &Counters,
 ) -> io::Result<End> {
     let mut buf = vec![0; BUFFER];
@@ -224,18 +245,30 @@ async fn pump_down(
                 return Ok(End::ResetClient);
             }
             Some(toxic @ Toxic::ResetAfterResponse { quiet }) => {
-                // Read the rest of the response, and throw it away.
-                let mut seen = u64::try_from(chunk.len()).unwrap_or(u64::MAX);
-                while seen < RESPONSE_CAP {
-                    match timeout(quiet, from.read(&mut buf)).await {
-                        Ok(Ok(0) | Err(_)) | Err(_) => break,
-                        Ok(Ok(n)) => seen += u64::try_from(n).unwrap_or(u64::MAX),
-                    }
-                }
+                discard_response(from, n, quiet).await;
+                counters.injected(toxic);
+                return Ok(End::ResetClient);
+            }
+            Some(toxic @ Toxic::ResetAfterResponseTo { quiet, .. }) if *armed.borrow() => {
+                discard_response(from, n, quiet).await;
                 counters.injected(toxic);
                 return Ok(End::ResetClient);
             }
             _ => write(to, chunk, throttle.as_mut()).await?,
+        }
+    }
+}
+
+/// Reads the rest of a response whose first `first` bytes were read, and
+/// throws it away: until the upstream closes, stays `quiet`, or has sent
+/// [`RESPONSE_CAP`] bytes.
+async fn discard_response(from: &mut OwnedReadHalf, first: usize, quiet: Duration) {
+    let mut buf = vec![0; BUFFER];
+    let mut seen = u64::try_from(first).unwrap_or(u64::MAX);
+    while seen < RESPONSE_CAP {
+        match timeout(quiet, from.read(&mut buf)).await {
+            Ok(Ok(0) | Err(_)) | Err(_) => break,
+            Ok(Ok(n)) => seen += u64::try_from(n).unwrap_or(u64::MAX),
         }
     }
 }

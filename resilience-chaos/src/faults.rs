@@ -55,6 +55,8 @@ pub struct Faults {
     pub reset_mid_response: u64,
     /// [`Toxic::ResetAfterResponse`] injected.
     pub reset_after_response: u64,
+    /// [`Toxic::ResetAfterResponseTo`] injected.
+    pub reset_after_response_to: u64,
     /// [`Toxic::CloseMidBody`] injected.
     pub close_mid_body: u64,
     /// Connections the proxy reset because it could not connect to the
@@ -75,6 +77,7 @@ impl Faults {
             + self.reset_before_response
             + self.reset_mid_response
             + self.reset_after_response
+            + self.reset_after_response_to
             + self.close_mid_body
     }
 
@@ -93,6 +96,7 @@ impl Faults {
             Toxic::ResetBeforeResponse { .. } => self.reset_before_response,
             Toxic::ResetMidResponse { .. } => self.reset_mid_response,
             Toxic::ResetAfterResponse { .. } => self.reset_after_response,
+            Toxic::ResetAfterResponseTo { .. } => self.reset_after_response_to,
             Toxic::CloseMidBody { .. } => self.close_mid_body,
         }
     }
@@ -110,6 +114,7 @@ pub(crate) struct Counters {
     reset_before_response: AtomicU64,
     reset_mid_response: AtomicU64,
     reset_after_response: AtomicU64,
+    reset_after_response_to: AtomicU64,
     close_mid_body: AtomicU64,
     upstream_errors: AtomicU64,
 }
@@ -136,6 +141,7 @@ impl Counters {
             Toxic::ResetBeforeResponse { .. } => &self.reset_before_response,
             Toxic::ResetMidResponse { .. } => &self.reset_mid_response,
             Toxic::ResetAfterResponse { .. } => &self.reset_after_response,
+            Toxic::ResetAfterResponseTo { .. } => &self.reset_after_response_to,
             Toxic::CloseMidBody { .. } => &self.close_mid_body,
         };
         counter.fetch_add(1, Ordering::Relaxed);
@@ -153,6 +159,7 @@ impl Counters {
             reset_before_response: load(&self.reset_before_response),
             reset_mid_response: load(&self.reset_mid_response),
             reset_after_response: load(&self.reset_after_response),
+            reset_after_response_to: load(&self.reset_after_response_to),
             close_mid_body: load(&self.close_mid_body),
             upstream_errors: load(&self.upstream_errors),
         }

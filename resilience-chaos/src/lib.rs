@@ -34,6 +34,7 @@
 //! | [`Toxic::ResetBeforeResponse`] | `ConnectionReset`, no response byte | the request |
 //! | [`Toxic::ResetMidResponse`] | `after_bytes` of the response, then `ConnectionReset` | the request, answered |
 //! | [`Toxic::ResetAfterResponse`] | `ConnectionReset` instead of the response | the request, answered in full |
+//! | [`Toxic::ResetAfterResponseTo`] | everything up to the request holding its bytes, then `ConnectionReset` instead of that request's answer | every request, that one answered (a `COMMIT` applied) |
 //! | [`Toxic::CloseMidBody`] | `after_bytes` of the response, then EOF | the request, answered |
 //!
 //! # Choice per connection

@@ -103,6 +103,25 @@ pub enum Toxic {
         /// as complete (a keep-alive server does not close).
         quiet: Duration,
     },
+    /// The connection is forwarded as it is until the client's bytes
+    /// contain `request`; the upstream's answer to those bytes is then read
+    /// (as [`ResetAfterResponse`](Self::ResetAfterResponse) reads one) and
+    /// discarded, and the client gets an RST instead of it. For one
+    /// statement of a long-lived connection: `b"COMMIT"` on a PostgreSQL
+    /// connection is a commit that the server applied and whose answer the
+    /// client never got.
+    ///
+    /// "The answer" is the first response bytes the upstream sends once
+    /// the bytes holding `request` were forwarded: a client that waits for
+    /// each answer before its next request (PostgreSQL's simple queries,
+    /// HTTP/1.1 without pipelining) gets it exact.
+    ResetAfterResponseTo {
+        /// The bytes that arm the fault (at least one), matched across the
+        /// client's reads.
+        request: &'static [u8],
+        /// As [`ResetAfterResponse`](Self::ResetAfterResponse)'s.
+        quiet: Duration,
+    },
     /// The first `after_bytes` of the response reach the client, then a
     /// clean close (FIN): with HTTP, a truncated body and an EOF.
     CloseMidBody {
@@ -189,6 +208,22 @@ impl Toxic {
         }
     }
 
+    /// [`Toxic::ResetAfterResponseTo`] the client's bytes holding
+    /// `request`, with a `quiet` of [`DEFAULT_QUIET`].
+    ///
+    /// ```
+    /// # use resilience_chaos::{Toxic, DEFAULT_QUIET};
+    /// let commit = Toxic::reset_after_response_to(b"COMMIT");
+    /// assert_eq!(commit, Toxic::ResetAfterResponseTo { request: b"COMMIT", quiet: DEFAULT_QUIET });
+    /// assert_eq!(commit.name(), "reset_after_response_to");
+    /// ```
+    pub const fn reset_after_response_to(request: &'static [u8]) -> Self {
+        Self::ResetAfterResponseTo {
+            request,
+            quiet: DEFAULT_QUIET,
+        }
+    }
+
     /// [`Toxic::CloseMidBody`] after `after_bytes` response bytes.
     ///
     /// ```
@@ -202,7 +237,7 @@ impl Toxic {
     /// The toxic's name in errors and in [`Faults`](crate::Faults):
     /// `latency`, `bandwidth`, `blackhole`, `reset_before_forward`,
     /// `reset_before_response`, `reset_mid_response`, `reset_after_response`,
-    /// `close_mid_body`.
+    /// `reset_after_response_to`, `close_mid_body`.
     ///
     /// ```
     /// # use resilience_chaos::Toxic;
@@ -217,6 +252,7 @@ impl Toxic {
             Self::ResetBeforeResponse { .. } => "reset_before_response",
             Self::ResetMidResponse { .. } => "reset_mid_response",
             Self::ResetAfterResponse { .. } => "reset_after_response",
+            Self::ResetAfterResponseTo { .. } => "reset_after_response_to",
             Self::CloseMidBody { .. } => "close_mid_body",
         }
     }
@@ -241,12 +277,22 @@ impl Toxic {
                 value: "0".to_owned(),
                 expected: "at least 1",
             }),
-            Self::ResetAfterResponse { quiet } if quiet.is_zero() => Err(Error::Parameter {
+            Self::ResetAfterResponseTo { request: [], .. } => Err(Error::Parameter {
                 toxic: self.name(),
-                field: "quiet",
-                value: format!("{quiet:?}"),
-                expected: "more than zero",
+                field: "request",
+                value: "b\"\"".to_owned(),
+                expected: "at least one byte",
             }),
+            Self::ResetAfterResponse { quiet } | Self::ResetAfterResponseTo { quiet, .. }
+                if quiet.is_zero() =>
+            {
+                Err(Error::Parameter {
+                    toxic: self.name(),
+                    field: "quiet",
+                    value: format!("{quiet:?}"),
+                    expected: "more than zero",
+                })
+            }
             _ => Ok(()),
         }
     }

@@ -561,3 +561,41 @@ async fn invalid_toxics_are_refused_with_the_value_at_fault() {
     );
     assert_eq!(proxy.toxics(), before);
 }
+
+#[tokio::test]
+async fn reset_after_response_to_spares_the_connection_until_its_request_then_drops_the_answer() {
+    let server = Server::start().await;
+    let proxy = proxy(&server, Toxic::reset_after_response_to(b"/commit")).await;
+    let mut stream = TcpStream::connect(proxy.addr()).await.unwrap();
+    // Two requests before the one the toxic waits for go through.
+    for _ in 0..2 {
+        stream.write_all(GET_KEEP_ALIVE).await.unwrap();
+        assert_eq!(read_response(&mut stream).await.unwrap(), response());
+    }
+    // The trigger split across two writes still matches.
+    stream.write_all(b"POST /com").await.unwrap();
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    stream
+        .write_all(b"mit HTTP/1.1\r\nHost: test\r\n\r\n")
+        .await
+        .unwrap();
+    let got = read_all(&mut stream).await;
+    assert_eq!(got.kind(), Some(ErrorKind::ConnectionReset), "{got:?}");
+    assert!(got.bytes.is_empty(), "the answer must not reach the client");
+    // The server read and answered all three: the last one was applied.
+    assert_eq!((server.requests(), server.responses()), (3, 3));
+    assert_eq!(server.connections(), 1);
+    assert_eq!(proxy.faults().reset_after_response_to, 1);
+    assert_eq!(proxy.faults().total(), 1);
+}
+
+#[tokio::test]
+async fn reset_after_response_to_an_empty_request_is_refused() {
+    let err = Proxy::builder("127.0.0.1:1".parse().unwrap())
+        .toxic(Toxic::reset_after_response_to(b""), 1.0)
+        .start()
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::Parameter { field: "request", .. }), "{err}");
+    assert!(err.to_string().contains("reset_after_response_to"), "{err}");
+}
