@@ -596,6 +596,15 @@ async fn reset_after_response_to_an_empty_request_is_refused() {
         .start()
         .await
         .unwrap_err();
-    assert!(matches!(err, Error::Parameter { field: "request", .. }), "{err}");
+    assert!(
+        matches!(
+            err,
+            Error::Parameter {
+                field: "request",
+                ..
+            }
+        ),
+        "{err}"
+    );
     assert!(err.to_string().contains("reset_after_response_to"), "{err}");
 }

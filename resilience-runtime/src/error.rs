@@ -84,6 +84,25 @@ pub enum Error {
         "a retry chain was started inside a database transaction: each pause would hold the transaction's row locks while other queries wait on them; retry around the transaction (the transaction helper already runs it again on 40001/40P01), or move the external call out of it, e.g. into an outbox table sent after the commit"
     )]
     RetryInsideTransaction,
+    /// The connection broke while a transaction was committing (feature
+    /// `sqlx-postgres`): the server may have applied it, or not, and the
+    /// client cannot tell which.
+    ///
+    /// Not retried, and a failure of the dependency
+    /// ([`Verdict::Fatal`](crate::Verdict::Fatal)): running the transaction
+    /// again could apply it twice. Find out whether it committed (read
+    /// back a row it wrote, or give it a unique key so that a second run
+    /// fails with a unique violation) before running it again.
+    #[error(
+        "the connection broke while the transaction was committing, so it may or may not have been applied; it is not run again, which could apply it twice: check whether it committed (e.g. read back a row it wrote) before running it again{}",
+        cause_suffix_plain(cause)
+    )]
+    #[non_exhaustive]
+    CommitOutcomeUnknown {
+        /// The connection's error; also the error's `source()`.
+        #[source]
+        cause: Option<Cause>,
+    },
 }
 
 fn after(attempts: u32) -> String {
@@ -91,6 +110,13 @@ fn after(attempts: u32) -> String {
         0 => "before any attempt".to_owned(),
         1 => "with attempt 1 in flight".to_owned(),
         n => format!("after {n} attempts"),
+    }
+}
+
+fn cause_suffix_plain(cause: &Option<Cause>) -> String {
+    match cause {
+        Some(cause) => format!(" ({cause})"),
+        None => String::new(),
     }
 }
 
@@ -285,7 +311,11 @@ impl From<Error> for std::io::Error {
             | Error::BudgetExhausted { .. }
             | Error::DeadlineExceeded { .. } => std::io::ErrorKind::TimedOut,
             Error::DependencyDown(_) => std::io::ErrorKind::ConnectionRefused,
-            Error::RetryInsideTransaction => std::io::ErrorKind::Other,
+            // `Other`, not a connection error kind: a classifier that reads
+            // only the kind must not take it for a retryable reset.
+            Error::RetryInsideTransaction | Error::CommitOutcomeUnknown { .. } => {
+                std::io::ErrorKind::Other
+            }
         };
         std::io::Error::new(kind, err)
     }

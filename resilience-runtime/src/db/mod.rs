@@ -5,8 +5,12 @@
 //! - [`transaction`]: begin, run a closure on the transaction, commit; on
 //!   `40001` serialization_failure or `40P01` deadlock_detected, roll back
 //!   and run the whole transaction again under [`Policy::db_tx`] and the
-//!   caller's [deadline](crate::deadline). Anything else is returned at
-//!   once.
+//!   caller's [deadline](crate::deadline); also when the connection broke
+//!   before the commit (the server rolled the transaction back). A
+//!   connection that broke **during** the commit is
+//!   [`Error::CommitOutcomeUnknown`](crate::Error::CommitOutcomeUnknown),
+//!   never run again: the server may have applied it. Anything else is
+//!   returned at once.
 //! - [`Classify`] for `sqlx::Error`: `40001` and `40P01` transient, every
 //!   other SQLSTATE (`23505`, `23503`…) permanent, broken connections
 //!   transient, a pool timeout not retried (see the impl).

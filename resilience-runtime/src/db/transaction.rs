@@ -56,8 +56,12 @@ impl Isolation {
 /// `40P01` deadlock_detected (at any statement, the commit included), roll
 /// back and run the **whole transaction** again, under
 /// [`Policy::db_tx`] by default (3 attempts, pauses of 10 ms·n² plus up to
-/// 25 %) and the caller's [deadline](crate::deadline). Every other error
-/// rolls back and is returned at once, after one attempt.
+/// 25 %) and the caller's [deadline](crate::deadline). A connection that
+/// broke before the commit is run again too (the server rolled the
+/// transaction back); one that broke **during** the commit is not: the
+/// server may have applied it, and the caller gets
+/// [`Error::CommitOutcomeUnknown`]. Every other error rolls back and is
+/// returned at once, after one attempt.
 ///
 /// Built by [`transaction`]; see the [module docs](super) for when to use
 /// it.
@@ -242,15 +246,27 @@ fn bound(until: Option<Instant>) -> Instant {
 }
 
 /// Commits after `Ok`, rolls back after `Err`.
+///
+/// A commit the server refused (`40001` at `COMMIT` under `SERIALIZABLE`)
+/// was not applied and may run again. A commit whose connection broke may
+/// have been applied: it becomes [`Error::CommitOutcomeUnknown`], which no
+/// classifier retries, carried in `sqlx::Error::Io` like every runtime
+/// error.
 async fn finish<T, E: From<sqlx::Error>>(
     tx: sqlx::PgTransaction<'static>,
     result: Result<T, E>,
 ) -> Result<T, E> {
     match result {
-        Ok(value) => {
-            tx.commit().await?;
-            Ok(value)
-        }
+        Ok(value) => match tx.commit().await {
+            Ok(()) => Ok(value),
+            Err(refused @ sqlx::Error::Database(_)) => Err(refused.into()),
+            Err(broken) => {
+                let unknown = Error::CommitOutcomeUnknown {
+                    cause: Some(crate::error::Cause::new(broken)),
+                };
+                Err(sqlx::Error::from(unknown).into())
+            }
+        },
         Err(error) => {
             // The closure's error is the one that matters; a rollback that
             // fails leaves a broken connection, which the pool closes.

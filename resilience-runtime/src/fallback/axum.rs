@@ -95,7 +95,9 @@ impl IntoResponse for Error {
             Error::AttemptTimeout(_)
             | Error::DeadlineExceeded { .. }
             | Error::BudgetExhausted { .. } => StatusCode::GATEWAY_TIMEOUT,
-            Error::RetryInsideTransaction => StatusCode::INTERNAL_SERVER_ERROR,
+            Error::RetryInsideTransaction | Error::CommitOutcomeUnknown { .. } => {
+                StatusCode::INTERNAL_SERVER_ERROR
+            }
         };
         (status, format!("{self}\n")).into_response()
     }

@@ -359,7 +359,7 @@ impl Classify for Error {
             Error::DeadlineExceeded { attempts: 0, .. }
             | Error::DependencyDown(_)
             | Error::RetryInsideTransaction => Verdict::Ignored,
-            Error::DeadlineExceeded { .. } => Verdict::Fatal,
+            Error::DeadlineExceeded { .. } | Error::CommitOutcomeUnknown { .. } => Verdict::Fatal,
         }
     }
 
@@ -373,6 +373,7 @@ impl Classify for Error {
             | Error::DeadlineExceeded { .. } => Some(Reason::Timeout),
             Error::DependencyDown(_) => Some(Reason::CircuitOpen),
             Error::RetryInsideTransaction => None,
+            Error::CommitOutcomeUnknown { .. } => Some(Reason::Network),
         }
     }
 }
