@@ -70,6 +70,12 @@ async fn get_user(id: u64) -> Result<u64, ClientError> {
     Ok(black_box(id) + 1)
 }
 
+/// The same call for callers without a runtime: a plain fn.
+#[inline(never)]
+fn get_user_blocking(id: u64) -> Result<u64, ClientError> {
+    Ok(black_box(id) + 1)
+}
+
 #[inline(never)]
 async fn broken(_: u64) -> Result<u64, ClientError> {
     Err(ClientError::Status(503))
@@ -282,5 +288,76 @@ fn shared(c: &mut Criterion) {
 #[cfg(not(feature = "breaker-redis"))]
 fn shared(_: &mut Criterion) {}
 
-criterion_group!(benches, single_thread, contended, memory, shared);
+/// A breaker used from plain threads, no Tokio runtime anywhere, beside
+/// recloser (whose `call` is synchronous) on the same fn, in one run.
+fn no_runtime(c: &mut Criterion) {
+    assert!(tokio::runtime::Handle::try_current().is_err());
+    let breaker = closed();
+    let recloser = recloser::Recloser::default();
+    let ours = || match breaker.try_acquire() {
+        Ok(permit) => {
+            let out = get_user_blocking(black_box(7));
+            permit.record(&out);
+            out.is_ok()
+        }
+        Err(_) => false,
+    };
+    let peer = || recloser.call(|| get_user_blocking(black_box(7))).is_ok();
+    // The first calls set up what a process sets up once.
+    ours();
+    peer();
+
+    let mut group = c.benchmark_group("breaker/no-runtime");
+    group.bench_function("closed: try_acquire + record", |b| b.iter(ours));
+    group.bench_function("closed: call, polled once", |b| {
+        b.iter(|| poll_once(breaker.call(get_user(black_box(7)))).is_ok())
+    });
+    group.bench_function("recloser (peer): call", |b| b.iter(peer));
+    let open = open();
+    let open_recloser = recloser::Recloser::custom()
+        .closed_len(1)
+        .open_wait(Duration::from_secs(3600))
+        .build();
+    for _ in 0..2 {
+        let _ = open_recloser.call(|| Err::<u64, _>(ClientError::Status(503)));
+    }
+    assert!(matches!(
+        open_recloser.call(|| get_user_blocking(7)),
+        Err(recloser::Error::Rejected)
+    ));
+    group.bench_function("open: try_acquire rejected", |b| {
+        b.iter(|| open.try_acquire().is_err())
+    });
+    group.bench_function("recloser (peer): open, rejected", |b| {
+        b.iter(|| {
+            open_recloser
+                .call(|| get_user_blocking(black_box(7)))
+                .is_err()
+        })
+    });
+    group.bench_function("two threads, closed: try_acquire + record", |b| {
+        b.iter_custom(|iters| {
+            two_threads(iters, &|| {
+                black_box(ours());
+            })
+        })
+    });
+    group.bench_function("two threads, recloser (peer): call", |b| {
+        b.iter_custom(|iters| {
+            two_threads(iters, &|| {
+                black_box(peer());
+            })
+        })
+    });
+    group.finish();
+}
+
+criterion_group!(
+    benches,
+    single_thread,
+    contended,
+    memory,
+    shared,
+    no_runtime
+);
 criterion_main!(benches);

@@ -127,7 +127,8 @@
 //! locked instruction, no allocation and no clock read. An open
 //! breaker rejects with one load. Time is tokio's clock, read only on the
 //! slow paths (failures, transitions) and by one small ticker task per
-//! runtime that advances every window at its bucket boundaries; see [`CircuitBreaker`]
+//! runtime that advances every window at its bucket boundaries (outside
+//! any runtime, by one thread per process); see [`CircuitBreaker`]
 //! for the details and `BENCHMARKS.md` for the figures.
 
 mod config;
@@ -137,6 +138,8 @@ mod owner;
 mod shared;
 mod state;
 mod sync;
+#[cfg(not(loom))]
+mod thread_ticker;
 #[cfg(not(loom))]
 mod ticker;
 pub(crate) mod window;
@@ -158,7 +161,7 @@ pub use family::{BreakerFamily, FamilyConfig, MAX_MEMBERS};
 pub use state::State;
 
 use self::state::{
-    CLOCK_BITS, CLOSED, FAST, FORCED, HALF_OPEN, KIND, NO_TICKER, OPEN, Probes, Word, later,
+    CLOCK_BITS, CLOSED, FAST, FORCED, HALF_OPEN, KIND, NO_TICKER, OPEN, Probes, THREAD, Word, later,
 };
 use self::sync::{Arc, AtomicU64, Ordering::*, RwLock};
 use self::window::{Counts, SlidingWindow};
@@ -227,10 +230,17 @@ impl Fleet {
 /// at the end of each cooldown. A millisecond before each of those
 /// instants it tells the breaker's calls to read the clock themselves, so
 /// that a call landing exactly on a bucket boundary or on the end of the
-/// cooldown sees it, whichever task the paused clock wakes first. Outside
-/// a Tokio runtime (or once the runtime whose ticker drove the breaker shut
-/// down, until a call from another runtime hands it to that one's ticker)
-/// every call reads the clock: correct, but slower.
+/// cooldown sees it, whichever task the paused clock wakes first.
+///
+/// A breaker first called outside any Tokio runtime (from plain threads,
+/// with [`try_acquire`](Self::try_acquire)) is driven the same way by one
+/// thread per process, `resilience-breakers`, started by the first such
+/// call: the closed path costs what it costs inside a runtime and reads no
+/// clock. A rejection or a failure inside a runtime hands the breaker over
+/// to that runtime's ticker, so that a paused clock governs it. A shared
+/// breaker ([`Sharing`]) waits for a runtime instead, and until then every
+/// call reads the clock, as does every call of a breaker whose runtime shut
+/// down, until a call from another runtime hands it to that one's ticker.
 ///
 /// # Example
 ///
@@ -478,8 +488,9 @@ impl CircuitBreaker {
         if word & FAST == 0 {
             return Ok(Admission::Closed);
         }
-        // Open with no clock needed, or forced open: reject at once.
-        if word & (KIND | CLOCK_BITS) == OPEN || word & (KIND | FORCED) == OPEN | FORCED {
+        // Open with no clock needed and no runtime to look for, or forced
+        // open: reject at once.
+        if word & (KIND | CLOCK_BITS | THREAD) == OPEN || word & (KIND | FORCED) == OPEN | FORCED {
             return Err(self.reject(Word(word)));
         }
         self.admit_slow()
@@ -489,7 +500,7 @@ impl CircuitBreaker {
     fn admit_slow(&self) -> Result<Admission, DependencyDown> {
         let inner = &*self.inner;
         let word = Word(inner.state.load(Acquire));
-        if word.0 & NO_TICKER != 0 {
+        if word.0 & (NO_TICKER | THREAD) != 0 {
             self.start_ticker();
         }
         if word.needs_clock() {
@@ -533,7 +544,7 @@ impl CircuitBreaker {
                 admission: Admission::Closed,
                 failed,
                 slow,
-            } => self.inner.record_closed(failed, slow),
+            } => self.record_closed(failed, slow),
             Fate::Done {
                 admission: Admission::Probe(generation),
                 failed,
@@ -547,13 +558,43 @@ impl CircuitBreaker {
         }
     }
 
+    /// A failed or slow call of a closed breaker. A breaker driven by the
+    /// thread of callers without a runtime, failing inside one, goes to
+    /// that runtime's ticker first: its clock may be paused.
+    #[cold]
+    fn record_closed(&self, failed: bool, slow: bool) {
+        if self.inner.state.load(Acquire) & THREAD != 0 {
+            self.start_ticker();
+        }
+        self.inner.record_closed(failed, slow);
+    }
+
+    /// Finds the breaker a ticker: the current runtime's, or outside any
+    /// runtime the process's ticker thread (see `thread_ticker`). Called
+    /// while no ticker drives it (`NO_TICKER`), or the thread does
+    /// (`THREAD`), which hands it to a runtime when there is one.
     #[cfg(not(loom))]
     fn start_ticker(&self) {
+        let state = &self.inner.state;
         let Ok(handle) = tokio::runtime::Handle::try_current() else {
+            if state.load(Acquire) & NO_TICKER == 0 {
+                return;
+            }
+            // A shared breaker waits for a runtime: its sync task needs one.
+            #[cfg(feature = "breaker-redis")]
+            if self.inner.shared.is_some() {
+                return;
+            }
+            if thread_ticker::running()
+                && thread_ticker::claim(&self.inner)
+                && !thread_ticker::register(Arc::downgrade(&self.inner))
+            {
+                thread_ticker::unclaim(&self.inner);
+            }
             return;
         };
-        let before = self.inner.state.fetch_and(!NO_TICKER, AcqRel);
-        if before & NO_TICKER != 0 {
+        let before = state.fetch_and(!(NO_TICKER | THREAD), AcqRel);
+        if before & (NO_TICKER | THREAD) != 0 {
             ticker::register(&handle, Arc::downgrade(&self.inner));
             #[cfg(feature = "breaker-redis")]
             shared::start(&self.inner, &handle);
@@ -664,7 +705,12 @@ impl Inner {
     /// What has to happen by `now`: the window's rotation, the end of the
     /// cooldown.
     fn maintain(&self, now: u64) {
-        if let Window::Time(_) = self.config.window() {
+        // The stripes are summed only for a rotation: most calls that read
+        // the clock find the bucket unchanged, and summing reads the cache
+        // line of every other thread that counts.
+        if let Window::Time(_) = self.config.window()
+            && now / self.bucket_width > self.window.epoch()
+        {
             self.rotate(now, self.window.totals());
         }
         let word = Word(self.state.load(Acquire));

@@ -54,13 +54,17 @@ impl fmt::Display for State {
     }
 }
 
-// The state word: | generation (32) | unused | NO_TICKER | PRECISE | FORCED | KIND (2) |
+// The state word: | generation (32) | unused | THREAD | NO_TICKER | PRECISE | FORCED | KIND (2) |
 //
 // The closed path proceeds when the low bits are all zero; the open path
 // rejects when they read OPEN (with or without FORCED). PRECISE and
 // NO_TICKER send calls down the slow path, which reads the clock: the
 // ticker raises PRECISE just before a bucket boundary or the end of the
-// cooldown, and NO_TICKER means no ticker drives this breaker.
+// cooldown, and NO_TICKER means no ticker drives this breaker. THREAD
+// means the ticker thread of callers without a runtime drives it: the
+// closed path ignores it, while a rejection and a failure, which take slow
+// paths anyway, look for a runtime to hand the breaker to (whose clock may
+// be paused, which the thread cannot follow).
 pub(crate) const KIND: u64 = 0b11;
 pub(crate) const CLOSED: u64 = 0b00;
 pub(crate) const HALF_OPEN: u64 = 0b01;
@@ -68,8 +72,11 @@ pub(crate) const OPEN: u64 = 0b10;
 pub(crate) const FORCED: u64 = 0b100;
 pub(crate) const PRECISE: u64 = 0b1000;
 pub(crate) const NO_TICKER: u64 = 0b1_0000;
-/// Bits that only the ticker changes; transitions keep them as they are.
+pub(crate) const THREAD: u64 = 0b10_0000;
+/// Bits that send calls to read the clock; only the tickers change them.
 pub(crate) const CLOCK_BITS: u64 = PRECISE | NO_TICKER;
+/// Bits that only the tickers change; transitions keep them as they are.
+const TICKER_BITS: u64 = CLOCK_BITS | THREAD;
 /// All of them zero: closed, not forced, no clock needed.
 pub(crate) const FAST: u64 = KIND | FORCED | CLOCK_BITS;
 const GEN_SHIFT: u32 = 32;
@@ -82,7 +89,7 @@ impl Word {
     pub(crate) const fn new(kind: u64, forced: bool, generation: u32, clock_bits: u64) -> Word {
         Word(
             kind | if forced { FORCED } else { 0 }
-                | (clock_bits & CLOCK_BITS)
+                | (clock_bits & TICKER_BITS)
                 | ((generation as u64) << GEN_SHIFT),
         )
     }
@@ -172,6 +179,10 @@ mod tests {
         assert!(w.forced() && w.needs_clock());
         assert_eq!(w.generation(), 7);
         assert_eq!(w.rejection(), "forced open");
+        assert_eq!(
+            Word::new(OPEN, false, 1, THREAD).next(CLOSED, false).0 & THREAD,
+            THREAD
+        );
         let n = w.next(CLOSED, false);
         assert_eq!(
             (n.state(), n.generation(), n.0 & CLOCK_BITS),

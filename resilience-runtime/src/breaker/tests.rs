@@ -418,14 +418,78 @@ fn late_check(b: &CircuitBreaker) {
 }
 
 #[test]
-fn without_a_runtime_it_reads_the_clock_and_still_works() {
+fn without_a_runtime_the_ticker_thread_drives_it_and_it_still_works() {
     let b = breaker(BreakerConfig::new().with_min_requests(3));
     b.try_acquire().unwrap().success();
+    // Claimed by the thread in that first call: from now on no call reads
+    // the clock (`NO_TICKER` is what sent every call to read it).
+    let word = b.inner.state.load(Ordering::Acquire);
+    assert_eq!(word & (NO_TICKER | THREAD), THREAD, "{word:#b}");
     b.try_acquire().unwrap().failure();
     assert_eq!(b.state(), State::Closed, "2 calls < min 3");
     b.try_acquire().unwrap().failure();
     assert_eq!(b.state(), State::Open, "2 failures out of 3");
     assert!(b.try_acquire().is_err());
+}
+
+/// What the ticker thread does, step by step on a paused clock: the thread
+/// itself runs on the real one, so the test drives a `Driven` of its own.
+#[test]
+fn the_ticker_thread_ends_a_cooldown_and_lets_a_runtime_take_the_breaker_over() {
+    let cooldown = Duration::from_secs(3600);
+    let b = breaker(BreakerConfig::new().with_cooldown(cooldown));
+    for _ in 0..20 {
+        b.try_acquire().unwrap().failure();
+    }
+    assert_eq!(b.state(), State::Open);
+    assert!(b.try_acquire().is_err(), "rejected outside a runtime too");
+    let paused = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .start_paused(true)
+        .build()
+        .unwrap();
+    paused.block_on(async {
+        let mut driven = thread_ticker::Driven::default();
+        driven.adopt(vec![Arc::downgrade(&b.inner)]);
+        let due = driven.tick(tokio::time::Instant::now()).unwrap();
+        assert!(due <= tokio::time::Instant::now() + cooldown);
+        // Nothing else runs on this runtime: no ticker task to let run.
+        tokio::time::advance(cooldown).await;
+        driven.tick(tokio::time::Instant::now());
+        assert_eq!(b.state(), State::HalfOpen, "moved by the ticker, no call");
+        // A probe made inside a runtime hands the breaker to its ticker,
+        // and the thread forgets it.
+        let calls = AtomicU32::new(0);
+        assert!(succeed(&b, &calls).await.is_ok());
+        assert_eq!(b.state(), State::Closed);
+        assert_eq!(
+            b.inner.state.load(Ordering::Acquire) & (NO_TICKER | THREAD),
+            0
+        );
+        driven.tick(tokio::time::Instant::now());
+        assert_eq!(driven.len(), 0);
+    });
+}
+
+/// A breaker first called from a plain thread, then failing inside a
+/// runtime whose clock is paused, follows that clock: the first failure
+/// hands it to that runtime's ticker.
+#[test]
+fn a_breaker_of_the_ticker_thread_follows_a_paused_runtime_it_fails_in() {
+    let b = breaker(BreakerConfig::new().with_cooldown(Duration::from_secs(2)));
+    b.try_acquire().unwrap().success();
+    assert_ne!(b.inner.state.load(Ordering::Acquire) & THREAD, 0);
+    let paused = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .start_paused(true)
+        .build()
+        .unwrap();
+    paused.block_on(async {
+        trip(&b).await;
+        assert_eq!(b.inner.state.load(Ordering::Acquire) & THREAD, 0);
+        sleep(Duration::from_millis(2500)).await;
+        assert_eq!(b.state(), State::HalfOpen, "2 s on the paused clock");
+    });
 }
 
 #[test]

@@ -79,7 +79,7 @@ pub(super) fn register(handle: &Handle, breaker: Weak<Inner>) {
 }
 
 /// One breaker on a ticker's list, and when it next needs the ticker.
-struct Entry {
+pub(super) struct Entry {
     breaker: Weak<Inner>,
     /// When to raise `PRECISE`.
     early: Instant,
@@ -90,7 +90,7 @@ struct Entry {
 
 impl Entry {
     /// Moves `inner` to `now` and plans its next event.
-    fn new(breaker: Weak<Inner>, inner: &Inner) -> Entry {
+    pub(super) fn new(breaker: Weak<Inner>, inner: &Inner) -> Entry {
         let now = inner.now();
         inner.maintain(now);
         let next = inner.next_event(now);
@@ -131,20 +131,33 @@ impl Driven {
             let Some(inner) = entry.breaker.upgrade() else {
                 return false;
             };
-            if now >= entry.at {
-                let breaker = std::mem::take(&mut entry.breaker);
-                *entry = Entry::new(breaker, &inner);
-                inner.state.fetch_and(!PRECISE, AcqRel);
-            }
-            if !entry.raised && now >= entry.early {
-                inner.state.fetch_or(PRECISE, AcqRel);
-                entry.raised = true;
-            }
-            let due = if entry.raised { entry.at } else { entry.early };
+            let due = entry.step(&inner, now);
             next = Some(next.map_or(due, |next| next.min(due)));
             true
         });
         next
+    }
+}
+
+impl Entry {
+    /// The breaker `inner` (this entry's) at `now`: what is due is done.
+    /// Returns when the entry is next due.
+    pub(super) fn step(&mut self, inner: &Inner, now: Instant) -> Instant {
+        if now >= self.at {
+            let breaker = std::mem::take(&mut self.breaker);
+            *self = Entry::new(breaker, inner);
+            inner.state.fetch_and(!PRECISE, AcqRel);
+        }
+        if !self.raised && now >= self.early {
+            inner.state.fetch_or(PRECISE, AcqRel);
+            self.raised = true;
+        }
+        if self.raised { self.at } else { self.early }
+    }
+
+    /// The breaker this entry drives, if it is still alive.
+    pub(super) fn breaker(&self) -> Option<Arc<Inner>> {
+        self.breaker.upgrade()
     }
 }
 
