@@ -433,7 +433,7 @@ impl Member {
     /// Evictable: closed, not forced, no failure in its window, and no
     /// handle outside the family (no call in flight).
     fn idle(&self) -> bool {
-        if Arc::strong_count(&self.breaker.inner) > 1 {
+        if super::sync::Arc::strong_count(&self.breaker.inner) > 1 {
             return false;
         }
         let snapshot = self.breaker.snapshot();

@@ -173,7 +173,8 @@ use crate::telemetry::{self, Labels};
 
 type Hook = Box<dyn Fn(&'static str, State, State) + Send + Sync>;
 /// A hook given once and attached to many breakers (a family's members).
-pub(crate) type SharedHook = Arc<dyn Fn(&'static str, State, State) + Send + Sync>;
+// `std`'s `Arc` under loom too: hooks are outside the model.
+pub(crate) type SharedHook = std::sync::Arc<dyn Fn(&'static str, State, State) + Send + Sync>;
 
 /// The state word on a cache line of its own, so that the writes of
 /// transitions and ticks to the fields around it never evict it.
