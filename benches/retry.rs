@@ -8,6 +8,9 @@
 //! task. Each has a floor: the least any wrapper that calls an operation
 //! and stores its future can cost.
 //!
+//! `retry/blocking` is the same comparison for blocking code, without a
+//! runtime: `Policy::retry_blocking` against backon's `BlockingRetryable`.
+//!
 //! `cargo bench --bench retry -- --warm-up-time 1 --measurement-time 3`
 
 use std::future::Future;
@@ -99,6 +102,40 @@ fn in_task(c: &mut Criterion) {
     group.finish();
 }
 
+/// The same fn, blocking: what a caller without a runtime pays when the
+/// first attempt succeeds, against backon's `BlockingRetryable`.
+#[inline(never)]
+fn get_user_blocking(id: u64) -> Result<u64, std::io::Error> {
+    Ok(black_box(id) + 1)
+}
+
+fn blocking(c: &mut Criterion) {
+    let mut group = c.benchmark_group("retry/blocking");
+    group.bench_function("direct call", |b| {
+        b.iter(|| get_user_blocking(black_box(7)).is_ok())
+    });
+    group.bench_function("Policy::retry_blocking", |b| {
+        let policy = black_box(Policy::http());
+        b.iter(|| {
+            black_box(policy)
+                .retry_blocking(|| get_user_blocking(black_box(7)))
+                .call()
+                .is_ok()
+        })
+    });
+    group.bench_function("backon (peer, same fn)", |b| {
+        use backon::BlockingRetryable;
+        let builder = backon::ExponentialBuilder::default().with_jitter();
+        b.iter(|| {
+            (|| get_user_blocking(black_box(7)))
+                .retry(black_box(builder))
+                .call()
+                .is_ok()
+        })
+    });
+    group.finish();
+}
+
 fn report_sizes(_: &mut Criterion) {
     let policy = Policy::http();
     let direct = std::mem::size_of_val(&get_user(1));
@@ -108,5 +145,5 @@ fn report_sizes(_: &mut Criterion) {
     );
 }
 
-criterion_group!(benches, success_path, in_task, report_sizes);
+criterion_group!(benches, success_path, in_task, blocking, report_sizes);
 criterion_main!(benches);

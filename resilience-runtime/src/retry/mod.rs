@@ -9,6 +9,8 @@
 //! - [`Classify`]: the one source of truth on what may be retried (the guide's rules on [what may be retried](crate::guide#what-may-be-retried));
 //! - [`Retry`]: the executor, a future that runs an async operation under a
 //!   policy;
+//! - [`BlockingRetry`]: the executor for blocking code, on the caller's
+//!   thread, no runtime needed ([`Policy::retry_blocking`]);
 //! - [`Attempts`]: the same rules for code that drives its own loop;
 //! - [`Budget`]: the retries of every chain to one dependency, capped at a
 //!   share of its calls.
@@ -42,6 +44,7 @@
 
 mod attempts;
 mod backoff;
+mod blocking;
 pub mod budget;
 mod classify;
 mod executor;
@@ -51,6 +54,7 @@ mod retry_after;
 
 pub use attempts::{AttemptTimer, Attempts, Cut, Kept, Next, NotKept, Slot};
 pub use backoff::{Backoff, Delays, Growth, Jitter, MIN_JITTER};
+pub use blocking::{BlockingRetry, Sleeper, ThreadSleep};
 pub use budget::{Budget, BudgetConfig};
 pub use classify::{
     AsHttpStatus, Classify, FromRuntimeError, HttpStatus, Outcome, Reason, SqlState, Verdict,
