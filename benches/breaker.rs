@@ -13,7 +13,8 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::time::{Duration, Instant};
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use resilience::breaker::{BreakerConfig, CircuitBreaker, State};
+use resilience::breaker::{BreakerConfig, BreakerFamily, CircuitBreaker, FamilyConfig, State};
+use resilience::registry::Registry;
 use resilience::retry::{Classify, HttpStatus, Verdict};
 
 mod common;
@@ -352,12 +353,129 @@ fn no_runtime(c: &mut Criterion) {
     group.finish();
 }
 
+/// CPU time of every thread of the process, from
+/// `/proc/self/task/*/schedstat` (nanoseconds on a CPU).
+fn process_cpu() -> Duration {
+    let mut nanos = 0;
+    for task in std::fs::read_dir("/proc/self/task")
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        let stat = std::fs::read_to_string(task.path().join("schedstat")).unwrap_or_default();
+        nanos += stat
+            .split_whitespace()
+            .next()
+            .and_then(|n| n.parse::<u64>().ok())
+            .unwrap_or(0);
+    }
+    Duration::from_nanos(nanos)
+}
+
+/// `n` names of their own, leaked as a registry's names are.
+fn names(prefix: &str, n: usize) -> Vec<&'static str> {
+    (0..n)
+        .map(|i| &*Box::leak(format!("{prefix}-{i}").into_boxed_str()))
+        .collect()
+}
+
+/// Idle breakers on a runtime: each called once (which puts it on the
+/// runtime's ticker) at its own moment over one second, as a service meets
+/// its dependencies; then the CPU the process spends over 6 s, one bucket
+/// of the default 60 s window, with nothing else running. Returns the heap
+/// each took on the ticker and the CPU in ms per second.
+fn idle_ticker(breakers: &[&CircuitBreaker]) -> (usize, f64) {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let before = LIVE_BYTES.load(Relaxed);
+    rt.block_on(async {
+        let spread = Duration::from_secs(1) / u32::try_from(breakers.len()).unwrap_or(u32::MAX);
+        for breaker in breakers {
+            let _ = breaker.call(get_user(1)).await;
+            tokio::time::sleep(spread).await;
+        }
+    });
+    let on_ticker = (LIVE_BYTES.load(Relaxed) - before) / breakers.len();
+    std::thread::sleep(Duration::from_secs(1));
+    let (cpu, start) = (process_cpu(), Instant::now());
+    std::thread::sleep(Duration::from_secs(6));
+    let ms_per_s = (process_cpu() - cpu).as_secs_f64() * 1e3 / start.elapsed().as_secs_f64();
+    drop(rt);
+    (on_ticker, ms_per_s)
+}
+
+/// Thousands of breakers: heap per breaker, what the ticker costs while
+/// they sit idle, and the registry's and a family's lookups, at 10, 1,000
+/// and 10,000.
+fn scale(c: &mut Criterion) {
+    let mut group = c.benchmark_group("breaker/scale");
+    for n in [10, 1_000, 10_000] {
+        let registry = Registry::builder().build().unwrap();
+        let names = names(&format!("scale{n}"), n);
+        let before = LIVE_BYTES.load(Relaxed);
+        for &name in &names {
+            registry.breaker(name, BreakerConfig::new());
+        }
+        let heap = (LIVE_BYTES.load(Relaxed) - before) / n;
+        group.bench_function(format!("registry find_breaker, {n} breakers"), |b| {
+            let mut i = 0;
+            b.iter(|| {
+                i = (i + 7919) % n;
+                black_box(registry.find_breaker(black_box(names[i])).is_some())
+            })
+        });
+        let breakers: Vec<_> = names
+            .iter()
+            .map(|name| registry.find_breaker(name).unwrap())
+            .collect();
+        let (on_ticker, ticker) = idle_ticker(&breakers);
+        // The same with 1 s windows: a bucket boundary every 100 ms each.
+        let short: Vec<_> = names
+            .iter()
+            .map(|name| {
+                let config = BreakerConfig::new().with_window(Duration::from_secs(1));
+                CircuitBreaker::new(name, config).unwrap()
+            })
+            .collect();
+        let (_, short_ticker) = idle_ticker(&short.iter().collect::<Vec<_>>());
+        println!(
+            "{n} breakers: {heap} bytes of heap each in the registry, {on_ticker} more once called on a runtime; \
+             the ticker, all idle: {ticker:.2} ms of CPU per second with the default 60 s window, \
+             {short_ticker:.1} ms with a 1 s window"
+        );
+    }
+
+    let family =
+        BreakerFamily::new("scale-hosts", FamilyConfig::new().with_max_members(10_000)).unwrap();
+    let keys: Vec<String> = (0..10_000).map(|i| format!("host-{i}.internal")).collect();
+    let before = LIVE_BYTES.load(Relaxed);
+    for key in &keys {
+        family.get(key);
+    }
+    println!(
+        "a family of 10,000 members: {} bytes of heap each",
+        (LIVE_BYTES.load(Relaxed) - before) / keys.len()
+    );
+    group.bench_function("family get, 10,000 members", |b| {
+        let mut i = 0;
+        b.iter(|| {
+            i = (i + 7919) % keys.len();
+            black_box(family.get(black_box(&keys[i])))
+        })
+    });
+    group.finish();
+}
+
 criterion_group!(
     benches,
     single_thread,
     contended,
     memory,
     shared,
-    no_runtime
+    no_runtime,
+    scale
 );
 criterion_main!(benches);
