@@ -48,6 +48,7 @@ mod blocking;
 pub mod budget;
 mod classify;
 mod executor;
+pub mod hedge;
 pub mod layer;
 mod policy;
 mod retry_after;
@@ -60,5 +61,6 @@ pub use classify::{
     AsHttpStatus, Classify, FromRuntimeError, HttpStatus, Outcome, Reason, SqlState, Verdict,
 };
 pub use executor::{ByClassify, DefaultRng, Event, GiveUp, KeepLast, Notify, Quiet, Retry, When};
+pub use hedge::{Hedge, MAX_HEDGED_ATTEMPTS};
 pub use policy::{Policy, PolicyBuilder};
 pub use retry_after::{AsRetryAfter, parse_retry_after, parse_retry_after_bytes};

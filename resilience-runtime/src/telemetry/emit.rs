@@ -11,7 +11,8 @@ mod facade {
 
     use super::super::{
         BREAKER_SHARED_FALLBACK, BREAKER_STATE, BREAKER_TRIPS_TOTAL, DEPENDENCY_ERRORS_TOTAL,
-        FALLBACKS_TOTAL, REQUEST_DURATION_SECONDS, RETRIES_TOTAL, RETRY_BUDGET_EXHAUSTED_TOTAL,
+        FALLBACKS_TOTAL, HEDGES_TOTAL, REQUEST_DURATION_SECONDS, RETRIES_TOTAL,
+        RETRY_BUDGET_EXHAUSTED_TOTAL,
     };
     use super::Labels;
 
@@ -193,6 +194,11 @@ mod facade {
                 name(RETRY_BUDGET_EXHAUSTED_TOTAL),
                 Some(Unit::Count),
                 text("Retries not made because the retry budget of the dependency was empty."),
+            );
+            r.describe_counter(
+                name(HEDGES_TOTAL),
+                Some(Unit::Count),
+                text("Attempts that hedged calls started beside a slow one, or after a transient failure."),
             );
             r.describe_counter(
                 name(FALLBACKS_TOTAL),

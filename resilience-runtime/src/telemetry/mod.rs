@@ -18,6 +18,7 @@
 //! | [`circuit_breaker_shared_fallback`](BREAKER_SHARED_FALLBACK) | gauge: 1 while a shared breaker decides alone | `service`, `target` |
 //! | [`http_client_fallbacks_total`](FALLBACKS_TOTAL) | counter | `service`, `target`, `kind` |
 //! | [`http_client_retry_budget_exhausted_total`](RETRY_BUDGET_EXHAUSTED_TOTAL) | counter: retries refused by an empty budget | `service`, `target` |
+//! | [`http_client_hedges_total`](HEDGES_TOTAL) | counter: attempts a hedged call started after its first | `service`, `target` |
 //!
 //! Every label value comes from a closed set or from names fixed at startup,
 //! so the number of series stays bounded: no error message, id or URL ever
@@ -140,6 +141,16 @@ pub const FALLBACKS_TOTAL: &str = "http_client_fallbacks_total";
 /// [`Budget`](crate::retry::Budget) was empty; each such chain also records
 /// its last attempt as `exhausted` in [`RETRIES_TOTAL`].
 pub const RETRY_BUDGET_EXHAUSTED_TOTAL: &str = "http_client_retry_budget_exhausted_total";
+/// `http_client_hedges_total{service,target}`: a counter of the attempts
+/// that hedged calls ([`Hedge`](crate::retry::Hedge)) started beside an
+/// attempt still in flight or after a transient failure, not counting each
+/// call's first.
+pub const HEDGES_TOTAL: &str = "http_client_hedges_total";
+
+/// Counts one hedge of the call labelled `labels`.
+pub(crate) fn hedge(labels: Labels) {
+    emit::increment(HEDGES_TOTAL, labels, &[]);
+}
 
 /// Histogram buckets for [`REQUEST_DURATION_SECONDS`], in seconds: from a
 /// fast local answer (5 ms) to a whole retry budget (the guide's rules on [retry](crate::guide#retry): ≤ 5 s, up to

@@ -1,0 +1,237 @@
+//! Hedged calls: when an attempt has not answered after `delay`, another
+//! one starts beside it; the first success wins and the others are dropped.
+//!
+//! A retry waits for a failure; a hedge does not: it bounds the tail of a
+//! dependency whose answers are usually fast and sometimes very slow (a
+//! replica stuck in a GC pause, a lost packet). It is for idempotent
+//! calls only: two attempts are two requests, and both may be applied.
+//!
+//! The rules, after Polly's hedging strategy and gRPC's `hedgingPolicy`
+//! (gRFC A6):
+//!
+//! - the first attempt starts at once; each `delay` without a success
+//!   starts one more, until `max` attempts were made in all (the first
+//!   included), as gRPC's `maxAttempts`;
+//! - a success ends the call: the attempts still in flight are dropped,
+//!   which cancels them;
+//! - a transient failure (see [`Classify`]) starts the next attempt at
+//!   once rather than after the rest of its delay, as gRPC's
+//!   non-fatal status codes do; `Retry-After` is not waited for;
+//! - any other error is an answer: it ends the call, as a fatal status
+//!   does in gRPC;
+//! - every attempt after the first withdraws from the policy's retry
+//!   [`Budget`](super::Budget), as gRPC's throttling counts hedges; with
+//!   the budget empty no more attempts start, and the call waits for those
+//!   in flight;
+//! - the whole call is bounded by the policy's `max_elapsed` and the
+//!   caller's [`deadline`]: when either passes, the
+//!   attempts in flight are dropped and the caller gets
+//!   [`Error::BudgetExhausted`] or [`Error::DeadlineExceeded`];
+//! - when every attempt failed, the caller gets the last failure.
+//!
+//! Each attempt after the first is logged at DEBUG (target
+//! `resilience::hedge`) and counted in
+//! [`http_client_hedges_total{service,target}`](crate::telemetry::HEDGES_TOTAL).
+//! A breaker around the call counts one outcome: the hedged call's.
+//!
+//! ```
+//! use std::time::Duration;
+//! use resilience::retry::{Hedge, Policy};
+//!
+//! # #[tokio::main(flavor = "current_thread", start_paused = true)] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let hedge = Hedge::new("search", Duration::from_millis(50), 2)?;
+//! let started = tokio::time::Instant::now();
+//! let calls = std::cell::Cell::new(0);
+//! let answer = Policy::http()
+//!     .hedge(hedge, || {
+//!         calls.set(calls.get() + 1);
+//!         // The first replica hangs for a second; the second answers in 10 ms.
+//!         let slow = calls.get() == 1;
+//!         async move {
+//!             let took = if slow { 1000 } else { 10 };
+//!             tokio::time::sleep(Duration::from_millis(took)).await;
+//!             Ok::<_, resilience::Error>("results")
+//!         }
+//!     })
+//!     .await?;
+//! assert_eq!(answer, "results");
+//! assert_eq!(started.elapsed(), Duration::from_millis(60));
+//! # Ok(()) }
+//! ```
+
+use std::future::{Future, poll_fn};
+use std::pin::{Pin, pin};
+use std::task::Poll;
+use std::time::Duration;
+
+use tokio::time::{Instant, sleep_until};
+
+use super::{Classify, FromRuntimeError, Policy};
+use crate::deadline;
+use crate::error::{ConfigError, Error};
+use crate::telemetry::{self, Labels};
+
+/// The most attempts a hedged call may make: each is one more request to
+/// the dependency, all of them in flight at once.
+pub const MAX_HEDGED_ATTEMPTS: u32 = 10;
+
+/// How a call is hedged: its name (the `target` of its metrics), the delay
+/// after which another attempt starts, and the most attempts in all.
+///
+/// ```
+/// use std::time::Duration;
+/// use resilience::retry::Hedge;
+///
+/// let hedge = Hedge::new("search", Duration::from_millis(50), 3)?;
+/// assert_eq!((hedge.delay(), hedge.max()), (Duration::from_millis(50), 3));
+/// let err = Hedge::new("search", Duration::from_millis(50), 1).unwrap_err();
+/// assert_eq!((err.field(), err.value()), ("max", "1"));
+/// # Ok::<(), resilience::ConfigError>(())
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Hedge {
+    name: &'static str,
+    delay: Duration,
+    max: u32,
+}
+
+impl Hedge {
+    /// Hedges after `delay` (at least 1 ms), up to `max` attempts in all
+    /// (2 to [`MAX_HEDGED_ATTEMPTS`]).
+    pub fn new(name: &'static str, delay: Duration, max: u32) -> Result<Self, ConfigError> {
+        let subject = format!("hedge `{name}`");
+        if delay < Duration::from_millis(1) {
+            return Err(ConfigError::new(
+                subject,
+                "delay",
+                format!("{delay:?}"),
+                "at least 1ms: a shorter delay sends every call twice at once",
+            ));
+        }
+        if !(2..=MAX_HEDGED_ATTEMPTS).contains(&max) {
+            return Err(ConfigError::new(
+                subject,
+                "max",
+                max,
+                "2 to 10: the attempts in all, the first included (1 would never hedge; each more is one more request in flight)",
+            ));
+        }
+        Ok(Self { name, delay, max })
+    }
+
+    /// The name given to [`new`](Self::new).
+    pub const fn name(&self) -> &'static str {
+        self.name
+    }
+
+    /// How long an attempt may go unanswered before the next one starts.
+    pub const fn delay(&self) -> Duration {
+        self.delay
+    }
+
+    /// The most attempts in all.
+    pub const fn max(&self) -> u32 {
+        self.max
+    }
+}
+
+impl Policy {
+    /// Runs `op` hedged by `hedge` under this policy's `max_elapsed` and
+    /// retry budget; see the [module docs](super::hedge) for the rules.
+    /// The policy's attempt count, backoff and per-attempt timeout do not
+    /// apply: the hedge's `max` and `delay` take their place.
+    pub async fn hedge<F, Fut, T, E>(&self, hedge: Hedge, mut op: F) -> Result<T, E>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T, E>>,
+        E: Classify + FromRuntimeError,
+    {
+        let start = Instant::now();
+        let budget = self.budget();
+        if let Some(budget) = budget {
+            budget.deposit();
+        }
+        let elapsed_end = start.checked_add(self.max_elapsed());
+        let caller = deadline::current();
+        if caller.is_some_and(|end| end <= start) {
+            return Err(E::from_runtime(Error::deadline_exceeded(0)));
+        }
+        let mut in_flight: Vec<Pin<Box<Fut>>> = vec![Box::pin(op())];
+        let mut made: u32 = 1;
+        let mut budget_empty = false;
+        let mut last: Option<E> = None;
+        let mut next = start + hedge.delay;
+        let mut hedge_timer = pin!(sleep_until(next));
+        let end = match (elapsed_end, caller) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        let mut end_timer = pin!(sleep_until(
+            end.unwrap_or(start + Duration::from_secs(86_400 * 365))
+        ));
+        loop {
+            let more = made < hedge.max && !budget_empty;
+            let event = poll_fn(|cx| {
+                let mut i = 0;
+                while i < in_flight.len() {
+                    if let Poll::Ready(result) = in_flight[i].as_mut().poll(cx) {
+                        drop(in_flight.swap_remove(i));
+                        return Poll::Ready(Event::Done(result));
+                    }
+                    i += 1;
+                }
+                if end.is_some() && end_timer.as_mut().poll(cx).is_ready() {
+                    return Poll::Ready(Event::End);
+                }
+                if more && hedge_timer.as_mut().poll(cx).is_ready() {
+                    return Poll::Ready(Event::Hedge);
+                }
+                Poll::Pending
+            })
+            .await;
+            let start_another = match event {
+                Event::Done(Ok(value)) => return Ok(value),
+                Event::Done(Err(error)) if error.classify().is_retryable() => {
+                    last = Some(error);
+                    true
+                }
+                Event::Done(Err(error)) => return Err(error),
+                Event::End => {
+                    drop(in_flight);
+                    let error = if caller.is_some_and(|caller| Some(caller) == end) {
+                        Error::deadline_exceeded(made)
+                    } else {
+                        Error::budget_exhausted(self.max_elapsed(), made)
+                    };
+                    return Err(E::from_runtime(error));
+                }
+                Event::Hedge => true,
+            };
+            if start_another && made < hedge.max && !budget_empty {
+                if budget.is_some_and(|budget| !budget.withdraw()) {
+                    budget_empty = true;
+                    tracing::debug!(target: "resilience::hedge", name = hedge.name, attempt = made + 1, "no hedge: the retry budget is empty");
+                } else {
+                    made += 1;
+                    tracing::debug!(target: "resilience::hedge", name = hedge.name, attempt = made, in_flight = in_flight.len() + 1, "hedging: another attempt");
+                    telemetry::hedge(Labels::of(hedge.name));
+                    in_flight.push(Box::pin(op()));
+                    next = Instant::now() + hedge.delay;
+                    hedge_timer.as_mut().reset(next);
+                }
+            }
+            if in_flight.is_empty() {
+                // Every attempt made failed, and no more may start.
+                return Err(last.unwrap_or_else(|| {
+                    E::from_runtime(Error::budget_exhausted(self.max_elapsed(), made))
+                }));
+            }
+        }
+    }
+}
+
+enum Event<T, E> {
+    Done(Result<T, E>),
+    Hedge,
+    End,
+}
