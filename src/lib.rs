@@ -46,7 +46,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 
-pub use resilience_macros::{Classify, circuit_breaker, retry};
+pub use resilience_macros::{Classify, circuit_breaker, hedge, retry};
 pub use resilience_runtime::*;
 
 /// A fault-injecting TCP proxy for tests (the `chaos` feature).

@@ -309,6 +309,34 @@ pub fn classified<R: ResultError>(_: fn(&R::Error) -> Verdict) {}
 #[inline(always)]
 pub fn carries_runtime_errors<R: ResultError>(_: fn(Error) -> R::Error) {}
 
+/// The hedge of one `#[hedge]` call site, its values checked at compile
+/// time.
+#[derive(Debug)]
+pub struct HedgeSite {
+    hedge: resilience_runtime::retry::Hedge,
+}
+
+impl HedgeSite {
+    /// A site named `name` hedging after `delay`, up to `max` attempts.
+    pub const fn new(name: &'static str, delay: std::time::Duration, max: u32) -> Self {
+        Self {
+            hedge: resilience_runtime::retry::Hedge::new_unchecked(name, delay, max),
+        }
+    }
+}
+
+/// A `#[hedge]` fn's call: its body, an async closure, called once per
+/// attempt while earlier attempts are still in flight, under the HTTP
+/// policy's `max_elapsed` and the caller's deadline.
+pub async fn hedge<F, T, E>(site: &'static HedgeSite, attempt: F) -> Result<T, E>
+where
+    F: AsyncFn() -> Result<T, E>,
+    E: Classify + FromRuntimeError,
+{
+    let attempt = &attempt;
+    Policy::http().hedge(site.hedge, move || attempt()).await
+}
+
 /// The error type of a `Result`, for [`Probe`].
 pub trait ResultError {
     /// `E` of `Result<T, E>`.

@@ -285,13 +285,13 @@ pub(crate) fn parse_breaker(tokens: TokenStream, errors: &mut Errors) -> Breaker
     args
 }
 
-fn key_of(meta: &ParseNestedMeta<'_>) -> Option<String> {
+pub(crate) fn key_of(meta: &ParseNestedMeta<'_>) -> Option<String> {
     meta.path.get_ident().map(|ident| ident.to_string())
 }
 
 /// Parses `key = value` into `slot`, reporting a duplicate key or a value
 /// of the wrong kind without stopping.
-fn one<T>(
+pub(crate) fn one<T>(
     slot: &mut Option<Arg<T>>,
     meta: &ParseNestedMeta<'_>,
     errors: &mut Errors,
@@ -322,7 +322,7 @@ fn one<T>(
     Ok(())
 }
 
-fn flag(
+pub(crate) fn flag(
     slot: &mut Option<Arg<()>>,
     meta: &ParseNestedMeta<'_>,
     errors: &mut Errors,
@@ -350,7 +350,7 @@ fn flag(
     Ok(())
 }
 
-fn unknown(
+pub(crate) fn unknown(
     meta: &ParseNestedMeta<'_>,
     key: &str,
     errors: &mut Errors,
@@ -448,7 +448,7 @@ fn attempts(value: &Expr, key: &str) -> syn::Result<u32> {
     }
 }
 
-fn count(value: &Expr, key: &str) -> syn::Result<u32> {
+pub(crate) fn count(value: &Expr, key: &str) -> syn::Result<u32> {
     match literal(value) {
         Some(Lit::Int(int)) => int.base10_parse::<u32>().map_err(|_| {
             syn::Error::new_spanned(value, format!("`{key}` does not fit in a `u32`"))
@@ -487,7 +487,7 @@ fn float(value: &Expr) -> syn::Result<f64> {
     parsed.map_err(|err| syn::Error::new_spanned(value, err))
 }
 
-fn duration_value(value: &Expr) -> syn::Result<Duration> {
+pub(crate) fn duration_value(value: &Expr) -> syn::Result<Duration> {
     match literal(value) {
         Some(Lit::Str(text)) => duration::parse(&text.value()).map_err(|reason| {
             syn::Error::new_spanned(
@@ -522,7 +522,7 @@ fn elapsed_value(value: &Expr) -> syn::Result<Duration> {
     }
 }
 
-fn name(value: &Expr) -> syn::Result<String> {
+pub(crate) fn name(value: &Expr) -> syn::Result<String> {
     match literal(value) {
         Some(Lit::Str(text)) if !text.value().trim().is_empty() => Ok(text.value()),
         Some(Lit::Str(_)) => Err(syn::Error::new_spanned(
@@ -596,7 +596,7 @@ fn choice<T: Copy>(value: &Expr, key: &str, choices: &[(&'static str, T)]) -> sy
     ))
 }
 
-fn method(value: &Expr) -> syn::Result<Method> {
+pub(crate) fn method(value: &Expr) -> syn::Result<Method> {
     let Some(Lit::Str(text)) = literal(value) else {
         return Err(syn::Error::new_spanned(
             value,

@@ -287,7 +287,7 @@ pub(crate) fn expand(plan: Plan<'_>) -> TokenStream {
 /// reported there, once, with the trait's message, rather than as a bound
 /// of the runtime's internal fns (the same error at the same place is not
 /// repeated). Nothing runs: the fns take the trait methods and do nothing.
-fn error_checks(result: &ResultType, classified: bool) -> TokenStream {
+pub(crate) fn error_checks(result: &ResultType, classified: bool) -> TokenStream {
     if !result.nameable {
         return TokenStream::new();
     }

@@ -7,9 +7,7 @@
 
 use syn::Ident;
 
-#[cfg(test)]
-use crate::args::Method;
-use crate::args::RetryArgs;
+use crate::args::{Arg, Method, RetryArgs};
 
 /// Verbs that create or trigger something: a second run is a second
 /// effect (a second order, a second payment, a second message).
@@ -147,12 +145,43 @@ fn verb(name: &str) -> Option<String> {
 /// Refuses a retried fn that may not be idempotent. The error points at the
 /// fn name and says the rule and the fixes.
 pub(crate) fn check(args: &RetryArgs, name: &Ident, has_key: bool) -> syn::Result<()> {
-    if args.idempotent.is_some() || has_key {
+    check_for(
+        "retry",
+        args.method.as_ref(),
+        args.idempotent.is_some(),
+        name,
+        has_key,
+    )
+}
+
+/// [`check`] for the attribute `attribute` (`retry` or `hedge`: both send
+/// the same request more than once).
+pub(crate) fn check_for(
+    attribute: &str,
+    method: Option<&Arg<Method>>,
+    idempotent: bool,
+    name: &Ident,
+    has_key: bool,
+) -> syn::Result<()> {
+    if idempotent || has_key {
         return Ok(());
     }
-    const FIX: &str = "  = help: add a parameter `key: resilience::IdempotencyKey` that the caller creates once per logical call (every attempt sends the same key), or mark the parameter that already carries the key with `#[idempotency_key]`\n  = help: if a repeat is harmless anyway, assert it: `#[retry(idempotent, …)]`";
-    const RULE: &str = "  = note: a retried request may run twice on the server: the first attempt can succeed and only its response be lost; a POST or PATCH is safe to retry only with an `Idempotency-Key` that is the same on every attempt";
-    if let Some(method) = &args.method {
+    let fix = format!(
+        "  = help: add a parameter `key: resilience::IdempotencyKey` that the caller creates once per logical call (every attempt sends the same key), or mark the parameter that already carries the key with `#[idempotency_key]`\n  = help: if a repeat is harmless anyway, assert it: `#[{attribute}(idempotent, …)]`"
+    );
+    let (safe, again) = match attribute {
+        "hedge" => ("send twice", "a second request"),
+        _ => ("retry", "a retry"),
+    };
+    let rule = match attribute {
+        "hedge" => {
+            "  = note: a hedged call sends the same request again while the first is still running, and both may be applied; a POST or PATCH is safe to send twice only with an `Idempotency-Key` that is the same on every attempt"
+        }
+        _ => {
+            "  = note: a retried request may run twice on the server: the first attempt can succeed and only its response be lost; a POST or PATCH is safe to retry only with an `Idempotency-Key` that is the same on every attempt"
+        }
+    };
+    if let Some(method) = method {
         let value = method.get();
         if value.is_idempotent() {
             return Ok(());
@@ -160,7 +189,7 @@ pub(crate) fn check(args: &RetryArgs, name: &Ident, has_key: bool) -> syn::Resul
         return Err(syn::Error::new(
             name.span(),
             format!(
-                "`#[retry]` on `{name}`, declared `method = \"{}\"`, needs an idempotency key\n{RULE}\n{FIX}",
+                "`#[{attribute}]` on `{name}`, declared `method = \"{}\"`, needs an idempotency key\n{rule}\n{fix}",
                 value.as_str()
             ),
         ));
@@ -171,13 +200,13 @@ pub(crate) fn check(args: &RetryArgs, name: &Ident, has_key: bool) -> syn::Resul
         Some(verb) if CREATING.contains(&verb.as_str()) => Err(syn::Error::new(
             name.span(),
             format!(
-                "`#[retry]` on `{name}` needs an idempotency key: `{verb}` creates or triggers something, like a POST, and a retry may do it twice\n{RULE}\n{FIX}"
+                "`#[{attribute}]` on `{name}` needs an idempotency key: `{verb}` creates or triggers something, like a POST, and {again} may do it twice\n{rule}\n{fix}"
             ),
         )),
         _ => Err(syn::Error::new(
             name.span(),
             format!(
-                "`#[retry]` cannot tell whether `{name}` is safe to retry: its name does not start with a known verb (get, list, put, delete … or create, send, pay …)\n{RULE}\n  = help: declare the HTTP method it performs, e.g. `#[retry(method = \"GET\")]`; POST and PATCH also need an idempotency key\n  = help: or add a parameter `key: resilience::IdempotencyKey` (or mark one with `#[idempotency_key]`), or assert `#[retry(idempotent)]`"
+                "`#[{attribute}]` cannot tell whether `{name}` is safe to {safe}: its name does not start with a known verb (get, list, put, delete … or create, send, pay …)\n{rule}\n  = help: declare the HTTP method it performs, e.g. `#[{attribute}(method = \"GET\")]`; POST and PATCH also need an idempotency key\n  = help: or add a parameter `key: resilience::IdempotencyKey` (or mark one with `#[idempotency_key]`), or assert `#[{attribute}(idempotent)]`"
             ),
         )),
     }

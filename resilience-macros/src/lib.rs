@@ -1,4 +1,4 @@
-//! The `#[retry]` and `#[circuit_breaker]` attribute macros and the
+//! The `#[retry]`, `#[hedge]` and `#[circuit_breaker]` attribute macros and the
 //! `#[derive(Classify)]` of the `resilience` crate. Use them through
 //! `resilience`, not directly: the code they generate calls
 //! `::resilience::__private`.
@@ -20,6 +20,7 @@ mod classify;
 mod duration;
 mod errors;
 mod expand;
+mod hedge;
 mod idempotency;
 mod item;
 mod retry;
@@ -37,6 +38,12 @@ pub fn retry(args: TokenStream, item: TokenStream) -> TokenStream {
 #[proc_macro_derive(Classify, attributes(classify))]
 pub fn derive_classify(item: TokenStream) -> TokenStream {
     classify::derive(item.into()).into()
+}
+
+#[doc = include_str!("../doc/hedge.md")]
+#[proc_macro_attribute]
+pub fn hedge(args: TokenStream, item: TokenStream) -> TokenStream {
+    hedge::expand(args.into(), item.into()).into()
 }
 
 #[doc = include_str!("../doc/circuit_breaker.md")]
