@@ -19,7 +19,7 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use resilience::retry::Policy;
+use resilience::retry::{Hedge, Policy};
 
 mod common;
 use common::{poll_in_task, poll_once};
@@ -145,5 +145,33 @@ fn report_sizes(_: &mut Criterion) {
     );
 }
 
-criterion_group!(benches, success_path, in_task, blocking, report_sizes);
+/// A hedged call whose first attempt answers at once, beside
+/// `Policy::retry` in the same runtime context (the hedge's timers need
+/// one).
+fn hedged(c: &mut Criterion) {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .unwrap();
+    let _entered = rt.enter();
+    let mut group = c.benchmark_group("hedge/first-attempt-succeeds");
+    let policy = Policy::http();
+    let hedge = Hedge::new("bench", std::time::Duration::from_millis(50), 2).unwrap();
+    group.bench_function("Policy::retry", |b| {
+        b.iter(|| poll_once(black_box(policy).retry(|| get_user(black_box(7)))))
+    });
+    group.bench_function("Policy::hedge", |b| {
+        b.iter(|| poll_once(black_box(policy).hedge(hedge, || get_user(black_box(7)))))
+    });
+    group.finish();
+}
+
+criterion_group!(
+    benches,
+    success_path,
+    in_task,
+    blocking,
+    hedged,
+    report_sizes
+);
 criterion_main!(benches);
