@@ -327,14 +327,18 @@ impl HedgeSite {
 
 /// A `#[hedge]` fn's call: its body, an async closure, called once per
 /// attempt while earlier attempts are still in flight, under the HTTP
-/// policy's `max_elapsed` and the caller's deadline.
+/// policy's `max_elapsed` and the caller's deadline. Observed as one
+/// logical call (its span, in which each hedge is logged, and its
+/// duration), as a retry chain is.
 pub async fn hedge<F, T, E>(site: &'static HedgeSite, attempt: F) -> Result<T, E>
 where
     F: AsyncFn() -> Result<T, E>,
     E: Classify + FromRuntimeError,
 {
     let attempt = &attempt;
-    Policy::http().hedge(site.hedge, move || attempt()).await
+    let policy = Policy::http();
+    let call = policy.hedge(site.hedge, move || attempt());
+    telemetry::observe(Labels::of(site.hedge.name()), call).await
 }
 
 /// The error type of a `Result`, for [`Probe`].

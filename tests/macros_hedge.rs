@@ -99,3 +99,27 @@ async fn a_free_fn_borrowing_its_arguments_is_hedged() {
     assert_eq!(start.elapsed(), Duration::from_millis(25));
     assert_eq!(calls.load(Ordering::SeqCst), 2);
 }
+
+/// Each hedge is counted, and the hedged call is observed once.
+#[cfg(feature = "metrics")]
+#[tokio::test(start_paused = true)]
+async fn each_hedge_is_counted_and_the_call_observed_once() {
+    let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
+    let handle = recorder.handle();
+    let _local = metrics::set_default_local_recorder(&recorder);
+    let replicas = Replicas::new(&[(1000, 200), (1000, 200), (10, 200)]);
+    assert!(replicas.get_page("slow".to_owned()).await.is_ok());
+    assert_eq!(replicas.sent.load(Ordering::SeqCst), 3);
+    let text = handle.render();
+    let series = |prefix: &str| {
+        text.lines()
+            .find(|line| line.starts_with(prefix) && line.contains("get_page"))
+            .and_then(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
+    };
+    assert_eq!(series("http_client_hedges_total{"), Some(2.0), "{text}");
+    assert_eq!(
+        series("http_client_request_duration_seconds_count{"),
+        Some(1.0),
+        "{text}"
+    );
+}
