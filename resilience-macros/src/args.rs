@@ -67,6 +67,10 @@ pub(crate) struct BreakerArgs {
     pub(crate) slow_call: Option<Arg<SlowCall>>,
     pub(crate) preset: Option<Arg<BreakerPreset>>,
     pub(crate) fallback: Option<Arg<syn::Path>>,
+    /// The expression of `key = …`: the breaker is a family's member.
+    pub(crate) key: Option<Arg<Expr>>,
+    pub(crate) max_members: Option<Arg<u32>>,
+    pub(crate) idle: Option<Arg<Duration>>,
 }
 
 /// `slow_call(threshold = "2s", ratio = 0.5)`.
@@ -157,6 +161,9 @@ const BREAKER_KEYS: &[&str] = &[
     "slow_call",
     "preset",
     "fallback",
+    "key",
+    "max_members",
+    "idle",
 ];
 
 /// Names other libraries use, mapped to ours.
@@ -269,6 +276,11 @@ pub(crate) fn parse_breaker(tokens: TokenStream, errors: &mut Errors) -> Breaker
             "fallback" => one(&mut args.fallback, &meta, errors, |v| {
                 path(v, "fallback", "cached_user")
             }),
+            "key" => one(&mut args.key, &meta, errors, family_key),
+            "max_members" => one(&mut args.max_members, &meta, errors, |v| {
+                count(v, "max_members")
+            }),
+            "idle" => one(&mut args.idle, &meta, errors, duration_value),
             _ => unknown(
                 &meta,
                 &key,
@@ -547,6 +559,25 @@ fn budget_name(value: &Expr) -> syn::Result<String> {
             value,
             "`budget` is a string literal naming a retry budget, e.g. `budget = \"user-service\"`",
         )),
+    }
+}
+
+/// `key = host`: an expression of the fn's arguments, evaluated once per
+/// call. A literal would key every call alike: that is a `name`.
+fn family_key(value: &Expr) -> syn::Result<Expr> {
+    match literal(value) {
+        Some(Lit::Str(text)) => Err(syn::Error::new_spanned(
+            value,
+            format!(
+                "`key` takes an argument of the fn, not text: one key for every call is a breaker of its own, `name = \"{}\"`; a key from the call is written `key = host`, with `host` a parameter",
+                text.value()
+            ),
+        )),
+        Some(_) => Err(syn::Error::new_spanned(
+            value,
+            "`key` takes an argument of the fn, not a constant: a key from the call is written `key = host`, with `host` a parameter",
+        )),
+        None => Ok(value.clone()),
     }
 }
 

@@ -19,6 +19,11 @@ pub(crate) fn expand(args: TokenStream, input: TokenStream) -> TokenStream {
     };
     let breaker = args::parse_breaker(args, &mut errors);
     validate::breaker(&breaker, &mut errors);
+    if let Some(key) = &breaker.key {
+        if let Err(err) = validate::breaker_key(key, &item.sig) {
+            errors.push(err);
+        }
+    }
     for attr in item
         .attrs
         .iter()

@@ -61,7 +61,7 @@ pub(crate) fn expand(plan: Plan<'_>) -> TokenStream {
         async_trait,
     } = plan;
     if params.self_by_value {
-        ReplaceSelf.visit_block_mut(&mut item.block);
+        ReplaceSelf::copy().visit_block_mut(&mut item.block);
     }
     let ItemFn {
         attrs,
@@ -80,6 +80,17 @@ pub(crate) fn expand(plan: Plan<'_>) -> TokenStream {
         params.per_attempt = parts.per_attempt;
         *block = parts.block;
         wrap = Some((parts.box_pin, parts.prelude));
+    }
+    if let Some(root) = breaker
+        .and_then(|args| args.key.as_ref())
+        .and_then(|key| crate::validate::key_root(&key.value))
+        .filter(|root| *root != "self")
+    {
+        // An argument read only by the key is still copied for each
+        // attempt, like every by-value argument: that copy is not unused.
+        if params.per_attempt.iter().any(|line| copies(line, root)) {
+            params.per_attempt.push(quote!(let _ = &#root;));
+        }
     }
     let per_attempt = &params.per_attempt;
     let ret = &result.ty;
@@ -177,12 +188,46 @@ pub(crate) fn expand(plan: Plan<'_>) -> TokenStream {
             Some(_) => quote!({ #body }),
             None => quote!(#attempt.await),
         };
-        let site = quote! {
-            static __RESILIENCE_BREAKER: ::resilience::__private::BreakerSite =
-                ::resilience::__private::BreakerSite::new(#name, #config);
-            ::resilience::__private::register_site!(__RESILIENCE_BREAKER_SITE = __RESILIENCE_BREAKER);
+        let (site, admit, alone) = match &args.key {
+            None => (
+                quote! {
+                    static __RESILIENCE_BREAKER: ::resilience::__private::BreakerSite =
+                        ::resilience::__private::BreakerSite::new(#name, #config);
+                    ::resilience::__private::register_site!(__RESILIENCE_BREAKER_SITE = __RESILIENCE_BREAKER);
+                },
+                quote!(::resilience::__private::admit(&__RESILIENCE_BREAKER)),
+                quote_spanned! {error_span=>
+                    ::resilience::__private::breaker(&__RESILIENCE_BREAKER, __resilience_attempt).await
+                },
+            ),
+            Some(key) => {
+                let family = family_config(args, config);
+                let mut key = key.value.clone();
+                if wrap.is_some() {
+                    // `#[async_trait]` moved `self` into `__self`.
+                    ReplaceSelf("__self").visit_expr_mut(&mut key);
+                }
+                // A key of the wrong type is reported at the key.
+                let key_span = syn::spanned::Spanned::span(&key);
+                let member = quote_spanned! {key_span=>
+                    ::resilience::__private::member(&__RESILIENCE_BREAKER, &(#key))
+                };
+                (
+                    // The member is taken before the body runs, which may
+                    // move the argument the key is read from.
+                    quote! {
+                        static __RESILIENCE_BREAKER: ::resilience::__private::FamilySite =
+                            ::resilience::__private::FamilySite::new(#name, #family);
+                        ::resilience::__private::register_site!(__RESILIENCE_BREAKER_SITE = __RESILIENCE_BREAKER);
+                        let __resilience_member = #member;
+                    },
+                    quote!(::resilience::__private::admit_member(&__resilience_member)),
+                    quote_spanned! {error_span=>
+                        ::resilience::__private::member_call(&__resilience_member, __resilience_attempt).await
+                    },
+                )
+            }
         };
-        let admit = quote!(::resilience::__private::admit(&__RESILIENCE_BREAKER));
         body = match &args.fallback {
             Some(fallback) => {
                 let fallback = &fallback.value;
@@ -229,13 +274,10 @@ pub(crate) fn expand(plan: Plan<'_>) -> TokenStream {
             // Alone, the breaker's own `Call` future measured faster than
             // the permit held across the attempt's `.await`.
             None if retry.is_none() => {
-                let call = quote_spanned! {error_span=>
-                    ::resilience::__private::breaker(&__RESILIENCE_BREAKER, __resilience_attempt).await
-                };
                 quote! {
                     #site
                     let __resilience_attempt = #attempt;
-                    #call
+                    #alone
                 }
             }
             None => {
@@ -404,6 +446,29 @@ fn breaker_config(args: &BreakerArgs) -> TokenStream {
         config.extend(quote!(.with_slow_call(#threshold, #ratio)));
     }
     config
+}
+
+/// Whether `line`, of [`Params::per_attempt`], binds `name`.
+fn copies(line: &TokenStream, name: &syn::Ident) -> bool {
+    line.clone()
+        .into_iter()
+        .take(3)
+        .any(|token| matches!(token, TokenTree::Ident(ident) if ident == *name))
+}
+
+/// The family of a keyed breaker: the members' `config` and the family's
+/// own bounds.
+fn family_config(args: &BreakerArgs, config: TokenStream) -> TokenStream {
+    let mut family = quote!(::resilience::breaker::FamilyConfig::new().with_breaker(#config));
+    if let Some(max) = &args.max_members {
+        let max = Literal::u32_suffixed(max.get());
+        family.extend(quote!(.with_max_members(#max)));
+    }
+    if let Some(idle) = &args.idle {
+        let idle = duration(idle.get());
+        family.extend(quote!(.with_idle(#idle)));
+    }
+    family
 }
 
 /// `tokens`, every one located at `span` (groups and their contents too),

@@ -152,7 +152,7 @@ pub(crate) fn expand(tokens: TokenStream, input: TokenStream) -> TokenStream {
         }
     };
     if params.self_by_value {
-        ReplaceSelf.visit_block_mut(&mut rewritten.block);
+        ReplaceSelf::copy().visit_block_mut(&mut rewritten.block);
     }
     let ItemFn {
         attrs,

@@ -227,17 +227,25 @@ fn contains_impl_trait(ty: &Type) -> bool {
     scan(quote!(#ty))
 }
 
-/// Replaces `self` with the attempt's copy of a by-value receiver, in
-/// expressions and in the tokens of macro calls (async-trait's approach).
-/// Nested items have their own `self` and are left alone.
-pub(crate) struct ReplaceSelf;
+/// Replaces `self` with another name (the attempt's copy of a by-value
+/// receiver, or `#[async_trait]`'s `__self`), in expressions and in the
+/// tokens of macro calls (async-trait's approach). Nested items have their
+/// own `self` and are left alone.
+pub(crate) struct ReplaceSelf(pub(crate) &'static str);
+
+impl ReplaceSelf {
+    /// With the attempt's copy of a by-value receiver.
+    pub(crate) fn copy() -> Self {
+        ReplaceSelf(SELF_COPY)
+    }
+}
 
 impl VisitMut for ReplaceSelf {
     fn visit_path_mut(&mut self, path: &mut syn::Path) {
         if path.leading_colon.is_none() && path.segments.len() == 1 {
             let segment = &mut path.segments[0];
             if segment.ident == "self" {
-                segment.ident = syn::Ident::new(SELF_COPY, segment.ident.span());
+                segment.ident = syn::Ident::new(self.0, segment.ident.span());
             }
         }
         syn::visit_mut::visit_path_mut(self, path);
@@ -246,11 +254,11 @@ impl VisitMut for ReplaceSelf {
     fn visit_item_mut(&mut self, _: &mut syn::Item) {}
 
     fn visit_macro_mut(&mut self, mac: &mut syn::Macro) {
-        mac.tokens = replace_self_tokens(std::mem::take(&mut mac.tokens));
+        mac.tokens = replace_self_tokens(std::mem::take(&mut mac.tokens), self.0);
     }
 }
 
-fn replace_self_tokens(tokens: TokenStream) -> TokenStream {
+fn replace_self_tokens(tokens: TokenStream, name: &str) -> TokenStream {
     let mut out = Vec::new();
     let mut iter = tokens.into_iter().peekable();
     while let Some(token) = iter.next() {
@@ -262,12 +270,14 @@ fn replace_self_tokens(tokens: TokenStream) -> TokenStream {
                 if is_path {
                     out.push(TokenTree::Ident(ident));
                 } else {
-                    out.push(TokenTree::Ident(syn::Ident::new(SELF_COPY, ident.span())));
+                    out.push(TokenTree::Ident(syn::Ident::new(name, ident.span())));
                 }
             }
             TokenTree::Group(group) => {
-                let mut replaced =
-                    proc_macro2::Group::new(group.delimiter(), replace_self_tokens(group.stream()));
+                let mut replaced = proc_macro2::Group::new(
+                    group.delimiter(),
+                    replace_self_tokens(group.stream(), name),
+                );
                 replaced.set_span(group.span());
                 out.push(TokenTree::Group(replaced));
             }

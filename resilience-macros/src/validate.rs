@@ -240,6 +240,7 @@ pub(crate) fn breaker(args: &BreakerArgs, errors: &mut Errors) {
             }
         }
     }
+    family(args, errors);
     if let Some(slow) = &args.slow_call {
         let value = slow.get();
         if value.threshold.is_zero() {
@@ -253,6 +254,106 @@ pub(crate) fn breaker(args: &BreakerArgs, errors: &mut Errors) {
                 value.ratio
             )));
         }
+    }
+}
+
+/// `max_members` and `idle` bound a family, so they need a `key`; both
+/// within the runtime's limits.
+fn family(args: &BreakerArgs, errors: &mut Errors) {
+    if args.key.is_none() {
+        let message = |key: &str| {
+            format!(
+                "`{key}` bounds a family of breakers, one per key, and this breaker has no `key`: it is one breaker\n  = help: add `key = host` (a parameter of the fn) for a breaker per host, or remove `{key}`"
+            )
+        };
+        if let Some(max) = &args.max_members {
+            errors.push(max.error(message("max_members")));
+        }
+        if let Some(idle) = &args.idle {
+            errors.push(idle.error(message("idle")));
+        }
+    }
+    if let Some(max) = &args.max_members {
+        if max.get() == 0 || max.get() > 1_000_000 {
+            errors.push(max.error(format!(
+                "`max_members = {}` is outside 1 to 1000000: it caps how many breakers the family holds at once, each about 1 KiB\n  = help: the default is 1000",
+                max.get()
+            )));
+        }
+    }
+    if let Some(idle) = &args.idle {
+        let value = idle.get();
+        if value < Duration::from_secs(1) || value > Duration::from_secs(86_400) {
+            errors.push(idle.error(format!(
+                "`idle = \"{}\"` is outside 1s to 24h: a member unused that long, closed and without failures, is removed to make room\n  = help: the default is \"5m\"",
+                display(value)
+            )));
+        }
+    }
+}
+
+/// The root of `key = …` must be a parameter of the fn (or `self`): the
+/// key is evaluated from the call's arguments before the body runs. An
+/// expression that names none (a method call on a constant, a literal)
+/// is left to the compiler.
+pub(crate) fn breaker_key(
+    key: &crate::args::Arg<syn::Expr>,
+    sig: &syn::Signature,
+) -> syn::Result<()> {
+    let Some(root) = key_root(&key.value) else {
+        return Ok(());
+    };
+    let mut names = Vec::new();
+    for input in &sig.inputs {
+        match input {
+            syn::FnArg::Receiver(_) => names.push("self".to_owned()),
+            syn::FnArg::Typed(typed) => {
+                if let syn::Pat::Ident(ident) = &*typed.pat {
+                    names.push(ident.ident.to_string());
+                }
+            }
+        }
+    }
+    let name = root.to_string();
+    if names.contains(&name) {
+        return Ok(());
+    }
+    let listed = if names.is_empty() {
+        "the fn has none".to_owned()
+    } else {
+        format!(
+            "its parameters are {}",
+            names
+                .iter()
+                .map(|n| format!("`{n}`"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        )
+    };
+    let hint = match crate::suggest::did_you_mean(&name, names.iter().map(String::as_str)) {
+        Some(near) => format!("did you mean `{near}`? "),
+        None => String::new(),
+    };
+    Err(syn::Error::new_spanned(
+        root,
+        format!(
+            "`{name}` names no parameter of `{}`: the key of each call is read from its arguments\n  = help: {hint}{listed}",
+            sig.ident
+        ),
+    ))
+}
+
+/// The variable an expression starts from: `host` of `host`,
+/// `req.host.as_str()` or `&host`.
+pub(crate) fn key_root(expr: &syn::Expr) -> Option<&syn::Ident> {
+    match expr {
+        syn::Expr::Path(path) if path.qself.is_none() => path.path.get_ident(),
+        syn::Expr::Field(field) => key_root(&field.base),
+        syn::Expr::MethodCall(call) => key_root(&call.receiver),
+        syn::Expr::Reference(reference) => key_root(&reference.expr),
+        syn::Expr::Paren(paren) => key_root(&paren.expr),
+        syn::Expr::Group(group) => key_root(&group.expr),
+        _ => None,
     }
 }
 

@@ -134,6 +134,130 @@ impl FamilyConfig {
     }
 }
 
+/// A value that can key a member of a [`BreakerFamily`]: text, an integer
+/// (a tenant id) or an address, handed over as a `&str` without allocating
+/// for the common types. The key of `#[circuit_breaker(key = …)]` must be
+/// one.
+///
+/// Implemented for `str`, `String`, `Box<str>`, `Arc<str>`, `Cow<str>`,
+/// the integer types, `char`, `IpAddr`, `Ipv4Addr`, `Ipv6Addr`,
+/// `SocketAddr` and references to any of them. A type of your own
+/// implements it by lending its text:
+///
+/// ```
+/// use resilience::breaker::{BreakerFamily, FamilyConfig, FamilyKey};
+///
+/// struct Tenant(String);
+///
+/// impl FamilyKey for Tenant {
+///     fn with_key<R>(&self, f: impl FnOnce(&str) -> R) -> R {
+///         f(&self.0)
+///     }
+/// }
+///
+/// let family = BreakerFamily::new("billing", FamilyConfig::new())?;
+/// let breaker = Tenant("acme".into()).with_key(|key| family.get(key));
+/// assert_eq!(breaker.key(), Some("acme"));
+/// assert_eq!(42_u64.with_key(|key| family.get(key)).key(), Some("42"));
+/// # Ok::<(), resilience::ConfigError>(())
+/// ```
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot key a breaker family",
+    label = "the key of a breaker family must be text, an integer or an IP address",
+    note = "give the key as a `&str`, a `String`, an integer or an address, e.g. `key = host` with `host: &str`, or `key = url.host_str().unwrap_or_default()`; a type of your own implements `resilience::breaker::FamilyKey`"
+)]
+pub trait FamilyKey {
+    /// Calls `f` with the key as text.
+    fn with_key<R>(&self, f: impl FnOnce(&str) -> R) -> R;
+}
+
+impl FamilyKey for str {
+    #[inline]
+    fn with_key<R>(&self, f: impl FnOnce(&str) -> R) -> R {
+        f(self)
+    }
+}
+
+impl<T: FamilyKey + ?Sized> FamilyKey for &T {
+    #[inline]
+    fn with_key<R>(&self, f: impl FnOnce(&str) -> R) -> R {
+        (**self).with_key(f)
+    }
+}
+
+macro_rules! text_keys {
+    ($($ty:ty),*) => {$(
+        impl FamilyKey for $ty {
+            #[inline]
+            fn with_key<R>(&self, f: impl FnOnce(&str) -> R) -> R {
+                f(self.as_ref())
+            }
+        }
+    )*};
+}
+
+text_keys!(String, Box<str>, Arc<str>, std::borrow::Cow<'_, str>);
+
+macro_rules! displayed_keys {
+    ($($ty:ty),*) => {$(
+        impl FamilyKey for $ty {
+            #[inline]
+            fn with_key<R>(&self, f: impl FnOnce(&str) -> R) -> R {
+                with_displayed(self, f)
+            }
+        }
+    )*};
+}
+
+displayed_keys!(
+    u8,
+    u16,
+    u32,
+    u64,
+    u128,
+    usize,
+    i8,
+    i16,
+    i32,
+    i64,
+    i128,
+    isize,
+    char,
+    std::net::IpAddr,
+    std::net::Ipv4Addr,
+    std::net::Ipv6Addr,
+    std::net::SocketAddr
+);
+
+/// Formats `value` on the stack (every type above fits in 64 bytes: the
+/// longest, a `SocketAddr` v6 with a scope id, is 58) and lends the text.
+fn with_displayed<R>(value: &impl fmt::Display, f: impl FnOnce(&str) -> R) -> R {
+    struct Stack {
+        bytes: [u8; 64],
+        len: usize,
+    }
+    impl fmt::Write for Stack {
+        fn write_str(&mut self, s: &str) -> fmt::Result {
+            let end = self.len + s.len();
+            let room = self.bytes.get_mut(self.len..end).ok_or(fmt::Error)?;
+            room.copy_from_slice(s.as_bytes());
+            self.len = end;
+            Ok(())
+        }
+    }
+    let mut stack = Stack {
+        bytes: [0; 64],
+        len: 0,
+    };
+    if fmt::Write::write_fmt(&mut stack, format_args!("{value}")).is_ok() {
+        // Only whole `&str`s were copied in.
+        if let Ok(text) = std::str::from_utf8(&stack.bytes[..stack.len]) {
+            return f(text);
+        }
+    }
+    f(&value.to_string())
+}
+
 /// Breakers whose names are known only at run time, one per key (a
 /// downstream host, a tenant), sharing one [`FamilyConfig`].
 ///

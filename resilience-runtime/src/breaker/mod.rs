@@ -157,7 +157,7 @@ use pin_project_lite::pin_project;
 use tokio::time::{Instant, Sleep};
 
 pub use config::{BreakerConfig, Sharing, SlowCall, Window};
-pub use family::{BreakerFamily, FamilyConfig, MAX_MEMBERS};
+pub use family::{BreakerFamily, FamilyConfig, FamilyKey, MAX_MEMBERS};
 pub use state::State;
 
 use self::state::{
