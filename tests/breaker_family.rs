@@ -182,7 +182,45 @@ async fn every_keyed_site_is_listed_as_a_family_before_its_first_call() {
             .iter()
             .any(|site| site.name == name && matches!(site.config, registry::SiteConfig::Family(_)))
     };
-    for name in ["hosts", "shards", "tenants", "regions"] {
+    for name in ["hosts", "shards", "tenants", "regions", "replicas"] {
         assert!(listed(name), "{name} is not listed: {sites:?}");
     }
+}
+
+#[async_trait::async_trait]
+trait Replica: Send + Sync {
+    async fn read(&self, table: &str) -> Result<(), ClientError>;
+}
+
+struct Node {
+    host: String,
+    script: Script,
+}
+
+/// `#[async_trait]` expands first and moves `self` into its own binding:
+/// the key still reads the receiver's field.
+#[async_trait::async_trait]
+impl Replica for Node {
+    #[circuit_breaker(name = "replicas", key = self.host, min = 1)]
+    async fn read(&self, table: &str) -> Result<(), ClientError> {
+        assert!(!table.is_empty());
+        self.script.send().await
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_async_trait_method_keys_its_breaker_by_its_receiver() {
+    let down = Node {
+        host: "replica-a".into(),
+        script: Script::new(&[503]),
+    };
+    let up = Node {
+        host: "replica-b".into(),
+        script: Script::new(&[]),
+    };
+    assert_eq!(down.read("users").await, Err(ClientError::Status(503)));
+    assert!(is_down(&down.read("users").await, "replicas"));
+    assert_eq!(up.read("users").await, Ok(()));
+    assert_eq!((down.script.calls(), up.script.calls()), (1, 1));
+    assert_eq!(family("replicas").keys(), ["replica-a", "replica-b"]);
 }
