@@ -27,12 +27,11 @@ use resilience_runtime::registry::{self, Defaults, SiteDefaults};
 pub use resilience_runtime::registry::{SITES, Site};
 pub use resilience_runtime::retry::FromRuntimeError;
 use resilience_runtime::retry::{
-    AttemptTimer, Attempts, Classify, DefaultRng, Event, GiveUp, Next, Outcome, Policy,
+    AttemptTimer, Attempts, Classify, DefaultRng, Driver, Event, GiveUp, Outcome, Policy,
     PolicyBuilder, Reason, Verdict, layer,
 };
 use resilience_runtime::telemetry::{self, CallScope, Fallback, Labels, Status};
 use resilience_runtime::{Cause, DependencyDown, Error};
-use tokio::time::Instant;
 
 /// The retry policy of one `#[retry]` call site.
 #[derive(Debug)]
@@ -627,14 +626,11 @@ where
                 let cut = ready!(this.timer.as_mut().poll_cut(&mut chain.attempts, cx));
                 // The timer fired: drop the attempt in flight.
                 this.fut.set(None);
-                let (error, stop) = chain.attempts.cut(cut);
-                chain.reason = error.reason();
-                let error = E::from_runtime(error);
-                if let Some(reason) = stop {
-                    let result = chain.give_up(error, reason);
-                    return Poll::Ready(chain.done(result));
+                let (attempts, mut hooks) = chain.hooks();
+                match attempts.on_cut(cut, &mut hooks) {
+                    Ok(timed_out) => Err(timed_out),
+                    Err(error) => return Poll::Ready(chain.done(Err(error))),
                 }
-                Err(error)
             }
         };
         // Drop the finished attempt before pausing.
@@ -643,12 +639,11 @@ where
             Ok(value) => return Poll::Ready(chain.succeeded(value)),
             Err(error) => error,
         };
-        let verdict = chain.when.judge(&error);
-        chain.reason = chain.when.reason(&error, verdict);
-        match chain.failed(error, verdict) {
-            ControlFlow::Break(result) => Poll::Ready(chain.done(result)),
-            ControlFlow::Continue(until) => {
-                this.timer.as_mut().pause(until);
+        let (attempts, mut hooks) = chain.hooks();
+        match attempts.on_error(error, &mut hooks) {
+            ControlFlow::Break(error) => Poll::Ready(chain.done(Err(error))),
+            ControlFlow::Continue(pause) => {
+                this.timer.as_mut().pause(pause.until);
                 *this.stage = Stage::Pausing;
                 self.poll_pause(cx)
             }
@@ -665,16 +660,33 @@ where
 }
 
 impl<W, K> Chain<W, K> {
-    fn refused<E: FromRuntimeError>(&mut self, reason: GiveUp) -> E {
-        let error = self.attempts.refused(reason, None);
-        self.reason = error.reason();
-        let error = E::from_runtime(error);
-        self.notify(&Event::GaveUp {
-            attempt: self.attempts.attempt(),
-            error: &error,
-            reason,
-        });
-        error
+    /// The chain's rules and the hooks they report to, borrowed apart.
+    fn hooks(
+        &mut self,
+    ) -> (
+        &mut Attempts<DefaultRng, &'static Resolved>,
+        Hooks<'_, W, K>,
+    ) {
+        let name = *self.name();
+        (
+            &mut self.attempts,
+            Hooks {
+                when: &mut self.when,
+                keep: &self.keep,
+                scope: &self.scope,
+                reason: &mut self.reason,
+                name,
+            },
+        )
+    }
+
+    fn refused<E: FromRuntimeError>(&mut self, reason: GiveUp) -> E
+    where
+        W: Judge<E>,
+        K: Keep<E>,
+    {
+        let (attempts, mut hooks) = self.hooks();
+        attempts.on_refused(reason, &mut hooks)
     }
 
     /// The attempt succeeded: so did the call.
@@ -692,66 +704,43 @@ impl<W, K> Chain<W, K> {
         });
         ControlFlow::Break(result)
     }
+}
 
-    /// The runtime's rules decide: pause until `Continue(until)`, or stop.
-    fn failed<T, E: FromRuntimeError>(
-        &mut self,
-        error: E,
-        verdict: Verdict,
-    ) -> ControlFlow<Result<T, E>, Instant>
-    where
-        K: Keep<E>,
-    {
-        match self.attempts.failed(verdict) {
-            Next::Retry { delay, until } => {
-                self.notify(&Event::Retry {
-                    attempt: self.attempts.attempt(),
-                    delay,
-                    error: &error,
-                    verdict,
-                });
-                let kept = self.keep.keep(error);
-                self.attempts.keep(kept);
-                ControlFlow::Continue(until)
-            }
-            Next::GiveUp(GiveUp::Deadline) => {
-                // The hook sees the real error; the caller learns why we
-                // stopped, with that error as the cause.
-                self.notify(&Event::GaveUp {
-                    attempt: self.attempts.attempt(),
-                    error: &error,
-                    reason: GiveUp::Deadline,
-                });
-                let kept = self.keep.keep(error);
-                let error = self.attempts.deadline_passed(kept);
-                self.reason = error.reason();
-                ControlFlow::Break(Err(E::from_runtime(error)))
-            }
-            Next::GiveUp(GiveUp::Nested) => {
-                if let Some(outer) = layer::outer() {
-                    layer::warn_nested(outer, self.name());
-                }
-                ControlFlow::Break(self.give_up(error, GiveUp::Nested))
-            }
-            Next::GiveUp(reason) => ControlFlow::Break(self.give_up(error, reason)),
-        }
+/// A chain's side of the runtime's rules: its classifier, its keeper, and
+/// its call's scope, where every attempt's outcome is logged and counted
+/// (`http_client_retries_total`, `dependency_errors_total`) with the
+/// reason of the last failure.
+struct Hooks<'a, W, K> {
+    when: &'a mut W,
+    keep: &'a K,
+    scope: &'a CallScope,
+    reason: &'a mut Option<Reason>,
+    name: &'static str,
+}
+
+impl<E, W: Judge<E>, K: Keep<E>> Driver<E> for Hooks<'_, W, K> {
+    #[inline]
+    fn judge(&mut self, error: &E) -> Verdict {
+        let verdict = self.when.judge(error);
+        *self.reason = self.when.reason(error, verdict);
+        verdict
     }
 
-    fn give_up<T, E>(&mut self, error: E, reason: GiveUp) -> Result<T, E> {
-        self.notify(&Event::GaveUp {
-            attempt: self.attempts.attempt(),
-            error: &error,
-            reason,
-        });
-        Err(error)
+    fn keep(&mut self, error: E) -> Option<Cause> {
+        self.keep.keep(error)
     }
 
-    /// Every attempt's outcome passes here: the one place for logs and metrics of the retry layer.
-    fn notify<E>(&self, event: &Event<'_, E>) {
-        // Events (DEBUG/INFO/WARN, with the attempt, the pause and the
-        // reason) and `http_client_retries_total` / `dependency_errors_total`.
-        let reason = self.reason;
+    fn notify(&mut self, event: &Event<'_, E>) {
+        let reason = *self.reason;
         self.scope.attempt(event, |_| reason);
+    }
+
+    fn runtime_error(&mut self, error: &Error) {
+        *self.reason = error.reason();
+    }
+
+    fn name(&self) -> &'static str {
+        self.name
     }
 }
 
@@ -1056,6 +1045,7 @@ mod tests {
     use resilience_runtime::retry::HttpStatus;
     use std::cell::Cell;
     use std::time::Duration;
+    use tokio::time::Instant;
 
     #[derive(Debug, Clone, PartialEq)]
     enum Failure {

@@ -240,3 +240,47 @@ fn every_value_is_checked_and_named() {
     assert_eq!((err.field(), err.value()), ("max", "11"));
     assert!(err.to_string().contains("hedge `h`"), "{err}");
 }
+
+/// One retrying layer: a hedged call inside a retry chain's attempt makes
+/// one attempt per outer attempt (the outer chain does the retrying), and
+/// a retry chain inside a hedged attempt makes one attempt per hedge.
+#[tokio::test(start_paused = true)]
+async fn a_hedged_call_and_a_retry_chain_nested_in_each_other_retry_at_one_layer() {
+    // Down: every attempt fails after 50 ms, longer than the hedge delay.
+    let calls = Cell::new(0);
+    let down = || {
+        calls.set(calls.get() + 1);
+        async {
+            sleep(Duration::from_millis(50)).await;
+            Err::<&str, _>(Failure::Unavailable)
+        }
+    };
+    // Inside a chain of 3 attempts: 3 requests, not 3 × 3.
+    let http = Policy::http();
+    let outer = http.retry(|| http.hedge(hedge(10, 3), down)).await;
+    assert_eq!(outer, Err(Failure::Unavailable));
+    assert_eq!(calls.get(), 3);
+
+    // A retry chain in each hedged attempt: one attempt per hedge.
+    calls.set(0);
+    let inner = || Policy::http().retry(down);
+    let hedged = http.hedge(hedge(10, 3), inner).await;
+    assert_eq!(hedged, Err(Failure::Unavailable));
+    assert_eq!(calls.get(), 3);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_hedged_call_whose_deadline_has_passed_sends_nothing() {
+    let calls = Cell::new(0);
+    let result = deadline::with_timeout(Duration::ZERO, async {
+        Policy::http()
+            .hedge(hedge(10, 3), || {
+                calls.set(calls.get() + 1);
+                async { Ok::<_, Failure>("never") }
+            })
+            .await
+    })
+    .await;
+    assert_eq!(result, Err(Failure::Runtime(Error::deadline_exceeded(0))));
+    assert_eq!(calls.get(), 0);
+}

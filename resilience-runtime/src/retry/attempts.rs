@@ -13,7 +13,9 @@ use std::fmt;
 use std::future::Future;
 use std::mem::ManuallyDrop;
 
-use super::{DefaultRng, GiveUp, Policy, Verdict};
+use std::ops::ControlFlow;
+
+use super::{DefaultRng, Event, FromRuntimeError, GiveUp, Policy, Verdict};
 use crate::deadline;
 use crate::error::{Cause, Error};
 
@@ -48,12 +50,15 @@ pub enum Next {
 /// The bookkeeping of one retry chain — attempts made, time spent, jitter
 /// drawn — and the rules that decide what comes next (the guide ([retry](crate::guide#retry), [deadlines](crate::guide#deadlines-and-budgets))).
 ///
-/// [`Retry`](super::Retry) is built on it, and so is the code of the
-/// `#[retry]` macro, which runs the fn body inline in a loop. Use it for a
-/// loop of your own: call [`begin`](Self::begin) before each attempt,
-/// [`pending`](Self::pending) when an attempt without a timer is first
-/// pending, [`cut`](Self::cut) when a timer fires, and
-/// [`failed`](Self::failed) when an attempt fails.
+/// Every loop of the library is built on it: [`Retry`](super::Retry), the
+/// [blocking executor](super::BlockingRetry), the code of the `#[retry]`
+/// macro (which runs the fn body inline in a loop) and
+/// [hedged calls](super::hedge). Use it for a loop of your own: call
+/// [`begin`](Self::begin) before each attempt, [`pending`](Self::pending)
+/// when an attempt without a timer is first pending, and, with a
+/// [`Driver`] of yours, [`on_cut`](Self::on_cut) when a timer fires and
+/// [`on_error`](Self::on_error) when an attempt fails; or the bare
+/// decisions, [`cut`](Self::cut) and [`failed`](Self::failed).
 ///
 /// A first attempt without a deadline or an attempt timeout reads no clock
 /// unless it is pending, so a call that succeeds at once costs no clock
@@ -337,6 +342,30 @@ impl<R, P: Borrow<Policy>, S: Slot> Attempts<R, P, S> {
         (start + self.policy().max_elapsed(), Cut::Budget)
     }
 
+    /// Another attempt beside those in flight, for a hedged call: `Err`
+    /// when none may start, because the attempts are used up
+    /// (`Exhausted`), the call runs inside another chain's attempt
+    /// (`Nested`: that one retries), or the retry budget is empty
+    /// (`BudgetEmpty`). The call's time and the caller's deadline bound it
+    /// as a whole, by the timer [`begin`](Self::begin) armed.
+    pub fn hedge(&mut self) -> Result<(), GiveUp> {
+        if self.attempt >= self.policy().max_attempts() {
+            return Err(GiveUp::Exhausted);
+        }
+        if super::layer::outer().is_some() {
+            return Err(GiveUp::Nested);
+        }
+        if self
+            .policy()
+            .budget()
+            .is_some_and(|budget| !budget.withdraw())
+        {
+            return Err(GiveUp::BudgetEmpty);
+        }
+        self.attempt += 1;
+        Ok(())
+    }
+
     /// A timer fired: the runtime error the attempt ends with, and whether
     /// the chain stops (`Some`) or the error is classified like any other
     /// (`None`, a per-attempt timeout). A chain that stops hands over the
@@ -439,6 +468,172 @@ impl<R: RngCore, P: Borrow<Policy>, S: Slot> Attempts<R, P, S> {
             delay,
             until: now + delay,
         }
+    }
+}
+
+/// What a loop around [`Attempts`] supplies for its failed attempts: how
+/// it classifies an error, what it keeps of one, and where the events go.
+///
+/// [`Attempts::on_error`], [`on_cut`](Attempts::on_cut) and
+/// [`on_refused`](Attempts::on_refused) apply the chain's rules with it,
+/// so that every driver ([`Retry`](super::Retry), the blocking executor,
+/// the attributes' own loop, a loop of yours) pauses, stops and reports
+/// alike; a driver writes only its loop.
+///
+/// ```
+/// use std::ops::ControlFlow;
+/// use resilience::retry::{Attempts, Driver, Event, Policy, Verdict};
+/// use resilience::Cause;
+///
+/// #[derive(Debug, PartialEq)]
+/// enum Failure { Unavailable, Runtime(resilience::Error) }
+/// impl From<resilience::Error> for Failure {
+///     fn from(err: resilience::Error) -> Self { Failure::Runtime(err) }
+/// }
+///
+/// /// Classifies everything as transient and logs the retries.
+/// struct Log(Vec<String>);
+///
+/// impl Driver<Failure> for Log {
+///     fn judge(&mut self, _: &Failure) -> Verdict { Verdict::Transient }
+///     fn keep(&mut self, _: Failure) -> Option<Cause> { None }
+///     fn notify(&mut self, event: &Event<'_, Failure>) {
+///         self.0.push(format!("attempt {} failed", event.attempt()));
+///     }
+///     fn name(&self) -> &'static str { "my-loop" }
+/// }
+///
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)] async fn main() {
+/// let mut attempts = Attempts::new(Policy::http());
+/// let mut log = Log(Vec::new());
+/// let result: Result<(), Failure> = loop {
+///     attempts.begin().expect("no deadline in scope");
+///     match attempts.on_error(Failure::Unavailable, &mut log) {
+///         ControlFlow::Continue(pause) => tokio::time::sleep_until(pause.until).await,
+///         ControlFlow::Break(error) => break Err(error),
+///     }
+/// };
+/// assert_eq!(result, Err(Failure::Unavailable));
+/// assert_eq!(log.0, ["attempt 1 failed", "attempt 2 failed", "attempt 3 failed"]);
+/// # }
+/// ```
+pub trait Driver<E> {
+    /// The verdict on a failed attempt's error.
+    fn judge(&mut self, error: &E) -> Verdict;
+
+    /// Keeps `error`, retried, as the [`Cause`] of a runtime error that
+    /// may end the chain later; `None` keeps nothing.
+    fn keep(&mut self, error: E) -> Option<Cause>;
+
+    /// Each failure's [`Event`]: a retry, or the end of the chain.
+    fn notify(&mut self, event: &Event<'_, E>);
+
+    /// The runtime error that ends an attempt or the chain (a timeout, the
+    /// deadline, the budget), before it becomes an `E`.
+    fn runtime_error(&mut self, error: &Error) {
+        let _ = error;
+    }
+
+    /// The chain's name, for the warning when it runs inside another.
+    fn name(&self) -> &'static str;
+}
+
+/// The pause after a failed attempt, from [`Attempts::on_error`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Pause {
+    /// How long.
+    pub delay: Duration,
+    /// When it ends.
+    pub until: Instant,
+}
+
+impl<R: RngCore, P: Borrow<Policy>, S: Slot> Attempts<R, P, S> {
+    /// The current attempt failed with `error`: the driver judges it, and
+    /// the rules of [`failed`](Self::failed) decide. `Continue` pauses
+    /// before the next attempt; `Break` is the chain's error (the
+    /// attempt's own, or [`Error::DeadlineExceeded`] when the caller's
+    /// deadline comes first), with its events sent.
+    pub fn on_error<E: FromRuntimeError>(
+        &mut self,
+        error: E,
+        driver: &mut impl Driver<E>,
+    ) -> ControlFlow<E, Pause> {
+        let verdict = driver.judge(&error);
+        match self.failed(verdict) {
+            Next::Retry { delay, until } => {
+                driver.notify(&Event::Retry {
+                    attempt: self.attempt,
+                    delay,
+                    error: &error,
+                    verdict,
+                });
+                let kept = driver.keep(error);
+                self.keep(kept);
+                ControlFlow::Continue(Pause { delay, until })
+            }
+            Next::GiveUp(GiveUp::Deadline) => {
+                // The hook sees the real error; the caller learns why the
+                // chain stopped, with that error as the cause.
+                driver.notify(&Event::GaveUp {
+                    attempt: self.attempt,
+                    error: &error,
+                    reason: GiveUp::Deadline,
+                });
+                let kept = driver.keep(error);
+                let error = self.deadline_passed(kept);
+                driver.runtime_error(&error);
+                ControlFlow::Break(E::from_runtime(error))
+            }
+            Next::GiveUp(GiveUp::Nested) => {
+                if let Some(outer) = super::layer::outer() {
+                    super::layer::warn_nested(outer, driver.name());
+                }
+                ControlFlow::Break(self.give_up(error, GiveUp::Nested, driver))
+            }
+            Next::GiveUp(reason) => ControlFlow::Break(self.give_up(error, reason, driver)),
+        }
+    }
+}
+
+impl<R, P: Borrow<Policy>, S: Slot> Attempts<R, P, S> {
+    /// A timer cut the attempt in flight (drop it first): `Ok` with a
+    /// per-attempt timeout's error, to go through
+    /// [`on_error`](Self::on_error) like any other; `Err` with the chain's
+    /// error when its budget or the caller's deadline ran out, its event
+    /// sent.
+    pub fn on_cut<E: FromRuntimeError>(
+        &mut self,
+        cut: Cut,
+        driver: &mut impl Driver<E>,
+    ) -> Result<E, E> {
+        let (error, stop) = self.cut(cut);
+        driver.runtime_error(&error);
+        let error = E::from_runtime(error);
+        match stop {
+            Some(reason) => Err(self.give_up(error, reason, driver)),
+            None => Ok(error),
+        }
+    }
+
+    /// [`begin`](Self::begin) refused the next attempt for `reason`: the
+    /// chain's error, its event sent.
+    pub fn on_refused<E: FromRuntimeError>(
+        &mut self,
+        reason: GiveUp,
+        driver: &mut impl Driver<E>,
+    ) -> E {
+        let error = self.refused(reason, None);
+        driver.runtime_error(&error);
+        self.give_up(E::from_runtime(error), reason, driver)
+    }
+
+    fn give_up<E>(&mut self, error: E, reason: GiveUp, driver: &mut impl Driver<E>) -> E {
+        driver.notify(&Event::GaveUp {
+            attempt: self.attempt,
+            error: &error,
+            reason,
+        });
+        error
     }
 }
 

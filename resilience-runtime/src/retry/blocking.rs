@@ -6,8 +6,10 @@ use std::time::Duration;
 
 use rand::RngCore;
 
-use super::attempts::{Attempts, Next, NotKept};
-use super::executor::{ByClassify, DefaultRng, Event, GiveUp, Notify, Quiet, When};
+use std::ops::ControlFlow;
+
+use super::attempts::{Attempts, NotKept};
+use super::executor::{ByClassify, DefaultRng, Event, Hooks, Notify, Quiet, When};
 use super::{FromRuntimeError, Policy, Verdict};
 
 /// Pauses a blocking chain between attempts: [`ThreadSleep`] by default; a
@@ -204,10 +206,13 @@ where
         Z: Sleeper,
         R: RngCore,
     {
+        let mut hooks = Hooks {
+            when: &mut self.when,
+            notify: &mut self.notify,
+        };
         loop {
             if let Err(reason) = self.attempts.begin() {
-                let error = E::from_runtime(self.attempts.refused(reason, None));
-                return Err(self.give_up(error, reason));
+                return Err(self.attempts.on_refused(reason, &mut hooks));
             }
             // The attempt blocks: its time counts from now.
             let _ = self.attempts.pending();
@@ -218,56 +223,16 @@ where
             let error = match result {
                 Ok(value) => {
                     let attempt = self.attempts.attempt();
-                    self.notify.notify(&Event::Success { attempt });
+                    hooks.notify.notify(&Event::Success { attempt });
                     return Ok(value);
                 }
                 Err(error) => error,
             };
-            let verdict = self.when.when(&error);
-            match self.attempts.failed(verdict) {
-                Next::Retry { delay, .. } => {
-                    let attempt = self.attempts.attempt();
-                    self.notify.notify(&Event::Retry {
-                        attempt,
-                        delay,
-                        error: &error,
-                        verdict,
-                    });
-                    drop(error);
-                    self.sleep.sleep(delay);
-                }
-                Next::GiveUp(GiveUp::Deadline) => {
-                    // The hook sees the real error; the caller learns why
-                    // the chain stopped.
-                    self.notify.notify(&Event::GaveUp {
-                        attempt: self.attempts.attempt(),
-                        error: &error,
-                        reason: GiveUp::Deadline,
-                    });
-                    let kept = self.when.keep(error);
-                    return Err(E::from_runtime(self.attempts.deadline_passed(kept)));
-                }
-                Next::GiveUp(GiveUp::Nested) => {
-                    if let Some(outer) = super::layer::outer() {
-                        super::layer::warn_nested(outer, super::layer::UNNAMED);
-                    }
-                    return Err(self.give_up(error, GiveUp::Nested));
-                }
-                Next::GiveUp(reason) => return Err(self.give_up(error, reason)),
+            match self.attempts.on_error(error, &mut hooks) {
+                ControlFlow::Continue(pause) => self.sleep.sleep(pause.delay),
+                ControlFlow::Break(error) => return Err(error),
             }
         }
-    }
-
-    fn give_up(&mut self, error: E, reason: GiveUp) -> E
-    where
-        N: Notify<E>,
-    {
-        self.notify.notify(&Event::GaveUp {
-            attempt: self.attempts.attempt(),
-            error: &error,
-            reason,
-        });
-        error
     }
 
     /// The policy this chain runs under.
@@ -295,6 +260,7 @@ mod tests {
 
     use super::*;
     use crate::error::Error;
+    use crate::retry::GiveUp;
     use crate::retry::{Budget, BudgetConfig, Classify, HttpStatus};
 
     #[derive(Debug, PartialEq)]

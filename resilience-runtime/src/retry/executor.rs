@@ -9,7 +9,9 @@ use std::time::Duration;
 use pin_project_lite::pin_project;
 use rand::RngCore;
 
-use super::attempts::{AttemptTimer, Attempts, Kept, Next, NotKept, Slot};
+use std::ops::ControlFlow;
+
+use super::attempts::{AttemptTimer, Attempts, Driver, Kept, NotKept, Slot};
 use super::{Classify, FromRuntimeError, Outcome, Policy, Verdict};
 use crate::error::Cause;
 
@@ -435,6 +437,34 @@ impl<F, Fut, N, W, R, S: Slot> fmt::Debug for Retry<F, Fut, N, W, R, S> {
     }
 }
 
+/// The hooks of a [`Retry`] or a [`BlockingRetry`](super::BlockingRetry)
+/// chain, for [`Attempts`]' rules: its classifier and its [`Notify`].
+pub(super) struct Hooks<'a, W, N> {
+    pub(super) when: &'a mut W,
+    pub(super) notify: &'a mut N,
+}
+
+impl<E, W: When<E>, N: Notify<E>> Driver<E> for Hooks<'_, W, N> {
+    #[inline]
+    fn judge(&mut self, error: &E) -> Verdict {
+        self.when.when(error)
+    }
+
+    #[inline]
+    fn keep(&mut self, error: E) -> Option<Cause> {
+        self.when.keep(error)
+    }
+
+    #[inline]
+    fn notify(&mut self, event: &Event<'_, E>) {
+        self.notify.notify(event);
+    }
+
+    fn name(&self) -> &'static str {
+        super::layer::UNNAMED
+    }
+}
+
 impl<F, Fut, N, W, R, S: Slot> RetryProj<'_, F, Fut, N, W, R, S> {
     /// Starts the next attempt, armed with whatever timer must cut it; or
     /// gives up when the caller's deadline has passed.
@@ -444,12 +474,17 @@ impl<F, Fut, N, W, R, S: Slot> RetryProj<'_, F, Fut, N, W, R, S> {
         F: FnMut() -> Fut,
         E: FromRuntimeError,
         N: Notify<E>,
+        W: When<E>,
     {
         match self.attempts.begin() {
             Ok(timer) => self.timer.as_mut().start(timer),
             Err(reason) => {
-                let error = E::from_runtime(self.attempts.refused(reason, None));
-                return Some(self.give_up(error, reason));
+                let mut hooks = Hooks {
+                    when: &mut *self.when,
+                    notify: &mut *self.notify,
+                };
+                let error = self.attempts.on_refused(reason, &mut hooks);
+                return Some(self.end(Err(error)));
             }
         }
         let fut = (self.op)();
@@ -457,18 +492,11 @@ impl<F, Fut, N, W, R, S: Slot> RetryProj<'_, F, Fut, N, W, R, S> {
         None
     }
 
+    /// The chain ends with `result`.
     #[inline]
-    fn give_up<T, E>(&mut self, error: E, reason: GiveUp) -> Poll<Result<T, E>>
-    where
-        N: Notify<E>,
-    {
-        self.notify.notify(&Event::GaveUp {
-            attempt: self.attempts.attempt(),
-            error: &error,
-            reason,
-        });
+    fn end<T, E>(&mut self, result: Result<T, E>) -> Poll<Result<T, E>> {
         self.state.set(State::Done);
-        Poll::Ready(Err(error))
+        Poll::Ready(result)
     }
 }
 
@@ -558,61 +586,36 @@ where
                         let cut = ready!(this.timer.as_mut().poll_cut(this.attempts, cx));
                         // The timer fired: drop the attempt in flight.
                         this.state.set(State::Idle);
-                        let (error, stop) = this.attempts.cut(cut);
-                        let error = E::from_runtime(error);
-                        if let Some(reason) = stop {
-                            // Final whatever a custom classifier would say.
-                            return this.give_up(error, reason);
+                        let mut hooks = Hooks {
+                            when: &mut *this.when,
+                            notify: &mut *this.notify,
+                        };
+                        match this.attempts.on_cut(cut, &mut hooks) {
+                            Ok(timed_out) => Err(timed_out),
+                            Err(error) => return this.end(Err(error)),
                         }
-                        Err(error)
                     }
                 };
                 let error = match result {
                     Ok(value) => {
-                        this.state.set(State::Done);
                         let attempt = this.attempts.attempt();
                         this.notify.notify(&Event::Success { attempt });
-                        return Poll::Ready(Ok(value));
+                        return this.end(Ok(value));
                     }
                     Err(error) => error,
                 };
                 // Drop the finished attempt before pausing.
                 this.state.set(State::Idle);
-                let verdict = this.when.when(&error);
-                match this.attempts.failed(verdict) {
-                    Next::Retry { delay, until } => {
-                        let attempt = this.attempts.attempt();
-                        this.notify.notify(&Event::Retry {
-                            attempt,
-                            delay,
-                            error: &error,
-                            verdict,
-                        });
-                        let kept = this.when.keep(error);
-                        this.attempts.keep(kept);
-                        this.timer.as_mut().pause(until);
+                let mut hooks = Hooks {
+                    when: &mut *this.when,
+                    notify: &mut *this.notify,
+                };
+                match this.attempts.on_error(error, &mut hooks) {
+                    ControlFlow::Continue(pause) => {
+                        this.timer.as_mut().pause(pause.until);
                         this.state.set(State::Pausing);
                     }
-                    Next::GiveUp(GiveUp::Deadline) => {
-                        // The hook sees the real error; the caller learns why
-                        // we stopped, with that error as the cause.
-                        this.notify.notify(&Event::GaveUp {
-                            attempt: this.attempts.attempt(),
-                            error: &error,
-                            reason: GiveUp::Deadline,
-                        });
-                        this.state.set(State::Done);
-                        let kept = this.when.keep(error);
-                        let error = this.attempts.deadline_passed(kept);
-                        return Poll::Ready(Err(E::from_runtime(error)));
-                    }
-                    Next::GiveUp(GiveUp::Nested) => {
-                        if let Some(outer) = super::layer::outer() {
-                            super::layer::warn_nested(outer, super::layer::UNNAMED);
-                        }
-                        return this.give_up(error, GiveUp::Nested);
-                    }
-                    Next::GiveUp(reason) => return this.give_up(error, reason),
+                    ControlFlow::Break(error) => return this.end(Err(error)),
                 }
             }
             StateProj::Pausing => {

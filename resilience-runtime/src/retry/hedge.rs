@@ -24,10 +24,17 @@
 //!   the budget empty no more attempts start, and the call waits for those
 //!   in flight;
 //! - the whole call is bounded by the policy's `max_elapsed` and the
-//!   caller's [`deadline`]: when either passes, the
+//!   caller's [`deadline`](crate::deadline): when either passes, the
 //!   attempts in flight are dropped and the caller gets
 //!   [`Error::BudgetExhausted`] or [`Error::DeadlineExceeded`];
-//! - when every attempt failed, the caller gets the last failure.
+//! - when every attempt failed, the caller gets the last failure;
+//! - like a retry chain, a hedged call that runs inside another chain's
+//!   attempt makes one attempt and leaves the retrying to the outer chain
+//!   (see [`layer`](super::layer)), and one inside a transaction opened by
+//!   the transaction helper is refused.
+//!
+//! The rules a hedged call shares with a retry chain are [`Attempts`]':
+//! the same code decides for both.
 //!
 //! Each attempt after the first is logged at DEBUG (target
 //! `resilience::hedge`) and counted in
@@ -66,9 +73,8 @@ use std::time::Duration;
 
 use tokio::time::{Instant, sleep_until};
 
-use super::{Classify, FromRuntimeError, Policy};
-use crate::deadline;
-use crate::error::{ConfigError, Error};
+use super::{Attempts, Classify, DefaultRng, FromRuntimeError, GiveUp, NotKept, Policy, layer};
+use crate::error::ConfigError;
 use crate::telemetry::{self, Labels};
 
 /// The most attempts a hedged call may make: each is one more request to
@@ -153,32 +159,26 @@ impl Policy {
         Fut: Future<Output = Result<T, E>>,
         E: Classify + FromRuntimeError,
     {
-        let start = Instant::now();
-        let budget = self.budget();
-        if let Some(budget) = budget {
-            budget.deposit();
-        }
-        let elapsed_end = start.checked_add(self.max_elapsed());
-        let caller = deadline::current();
-        if caller.is_some_and(|end| end <= start) {
-            return Err(E::from_runtime(Error::deadline_exceeded(0)));
-        }
-        let mut in_flight: Vec<Pin<Box<Fut>>> = vec![Box::pin(op())];
-        let mut made: u32 = 1;
-        let mut budget_empty = false;
-        let mut last: Option<E> = None;
-        let mut next = start + hedge.delay;
-        let mut hedge_timer = pin!(sleep_until(next));
-        let end = match (elapsed_end, caller) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
+        // The rules of a retry chain, with the hedge's attempts: its
+        // deposit, the caller's deadline and `max_elapsed`, the refusal
+        // inside a transaction, the budget and the one retrying layer.
+        let mut attempts: Attempts<DefaultRng, Policy, NotKept> =
+            Attempts::with_rng(self.hedged(hedge.max), DefaultRng);
+        let (end, cut) = match attempts.begin() {
+            Ok(timer) => timer.unwrap_or_else(|| attempts.pending()),
+            Err(reason) => return Err(E::from_runtime(attempts.refused(reason, None))),
         };
-        let mut end_timer = pin!(sleep_until(
-            end.unwrap_or(start + Duration::from_secs(86_400 * 365))
-        ));
+        let start = attempts.started().unwrap_or_else(Instant::now);
+        let mut in_flight: Vec<Pin<Box<Fut>>> = vec![Box::pin(op())];
+        let mut more = true;
+        let mut last: Option<E> = None;
+        let mut hedge_timer = pin!(sleep_until(start + hedge.delay));
+        let mut end_timer = pin!(sleep_until(end));
         loop {
-            let more = made < hedge.max && !budget_empty;
             let event = poll_fn(|cx| {
+                // A chain inside an attempt makes one attempt: the hedges
+                // are this call's only extra requests.
+                let _polling = layer::polling(&HEDGED);
                 let mut i = 0;
                 while i < in_flight.len() {
                     if let Poll::Ready(result) = in_flight[i].as_mut().poll(cx) {
@@ -187,7 +187,7 @@ impl Policy {
                     }
                     i += 1;
                 }
-                if end.is_some() && end_timer.as_mut().poll(cx).is_ready() {
+                if end_timer.as_mut().poll(cx).is_ready() {
                     return Poll::Ready(Event::End);
                 }
                 if more && hedge_timer.as_mut().poll(cx).is_ready() {
@@ -196,46 +196,51 @@ impl Policy {
                 Poll::Pending
             })
             .await;
-            let start_another = match event {
+            match event {
                 Event::Done(Ok(value)) => return Ok(value),
-                Event::Done(Err(error)) if error.classify().is_retryable() => {
-                    last = Some(error);
-                    true
-                }
+                Event::Done(Err(error)) if error.classify().is_retryable() => last = Some(error),
                 Event::Done(Err(error)) => return Err(error),
                 Event::End => {
                     drop(in_flight);
-                    let error = if caller.is_some_and(|caller| Some(caller) == end) {
-                        Error::deadline_exceeded(made)
-                    } else {
-                        Error::budget_exhausted(self.max_elapsed(), made)
-                    };
-                    return Err(E::from_runtime(error));
+                    return Err(E::from_runtime(attempts.cut(cut).0));
                 }
-                Event::Hedge => true,
-            };
-            if start_another && made < hedge.max && !budget_empty {
-                if budget.is_some_and(|budget| !budget.withdraw()) {
-                    budget_empty = true;
-                    tracing::debug!(target: "resilience::hedge", name = hedge.name, attempt = made + 1, "no hedge: the retry budget is empty");
-                } else {
-                    made += 1;
-                    tracing::debug!(target: "resilience::hedge", name = hedge.name, attempt = made, in_flight = in_flight.len() + 1, "hedging: another attempt");
-                    telemetry::hedge(Labels::of(hedge.name));
-                    in_flight.push(Box::pin(op()));
-                    next = Instant::now() + hedge.delay;
-                    hedge_timer.as_mut().reset(next);
+                Event::Hedge => {}
+            }
+            if more {
+                match attempts.hedge() {
+                    Ok(()) => {
+                        tracing::debug!(target: "resilience::hedge", name = hedge.name, attempt = attempts.attempt(), in_flight = in_flight.len() + 1, "hedging: another attempt");
+                        telemetry::hedge(Labels::of(hedge.name));
+                        in_flight.push(Box::pin(op()));
+                        hedge_timer.as_mut().reset(Instant::now() + hedge.delay);
+                    }
+                    Err(reason) => {
+                        more = false;
+                        match reason {
+                            GiveUp::BudgetEmpty => {
+                                tracing::debug!(target: "resilience::hedge", name = hedge.name, attempt = attempts.attempt() + 1, "no hedge: the retry budget is empty");
+                            }
+                            GiveUp::Nested => {
+                                if let Some(outer) = layer::outer() {
+                                    layer::warn_nested(outer, hedge.name);
+                                }
+                            }
+                            _ => {}
+                        }
+                    }
                 }
             }
             if in_flight.is_empty() {
                 // Every attempt made failed, and no more may start.
-                return Err(last.unwrap_or_else(|| {
-                    E::from_runtime(Error::budget_exhausted(self.max_elapsed(), made))
-                }));
+                return Err(last.unwrap_or_else(|| E::from_runtime(attempts.cut(cut).0)));
             }
         }
     }
 }
+
+/// What the attempts of a hedged call are polled under, for a chain
+/// inside one.
+static HEDGED: &str = "a hedged call";
 
 enum Event<T, E> {
     Done(Result<T, E>),

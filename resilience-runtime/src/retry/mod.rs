@@ -53,7 +53,7 @@ pub mod layer;
 mod policy;
 mod retry_after;
 
-pub use attempts::{AttemptTimer, Attempts, Cut, Kept, Next, NotKept, Slot};
+pub use attempts::{AttemptTimer, Attempts, Cut, Driver, Kept, Next, NotKept, Pause, Slot};
 pub use backoff::{Backoff, Delays, Growth, Jitter, MIN_JITTER};
 pub use blocking::{BlockingRetry, Sleeper, ThreadSleep};
 pub use budget::{Budget, BudgetConfig};

@@ -140,6 +140,14 @@ impl Policy {
         }
     }
 
+    /// This policy for a hedged call of `max` attempts in all: the hedge's
+    /// delay takes the place of the per-attempt timeout.
+    pub(crate) const fn hedged(mut self, max: u32) -> Self {
+        self.max_attempts = max;
+        self.attempt_timeout = None;
+        self
+    }
+
     /// The same policy, whose retries draw on `budget`: a retry the budget
     /// cannot pay for is not made, and the chain ends with the error of
     /// the attempt it made ([`GiveUp::BudgetEmpty`](super::GiveUp::BudgetEmpty)).
