@@ -164,55 +164,82 @@ impl Policy {
         // inside a transaction, the budget and the one retrying layer.
         let mut attempts: Attempts<DefaultRng, Policy, NotKept> =
             Attempts::with_rng(self.hedged(hedge.max), DefaultRng);
-        let (end, cut) = match attempts.begin() {
-            Ok(timer) => timer.unwrap_or_else(|| attempts.pending()),
+        let timer = match attempts.begin() {
+            Ok(timer) => timer,
             Err(reason) => return Err(E::from_runtime(attempts.refused(reason, None))),
         };
+        // The first attempt lives in this future, and is polled once before
+        // any clock read, timer or allocation: a call answered at once
+        // costs what a retry chain's does.
+        let mut first = pin!(Some(op()));
+        let mut first_event = match poll_first(first.as_mut()).await {
+            Poll::Ready(Ok(value)) => return Ok(value),
+            Poll::Ready(result) => {
+                first.set(None);
+                Some(Event::Done(result))
+            }
+            Poll::Pending => None,
+        };
+        let (end, cut) = timer.unwrap_or_else(|| attempts.pending());
         let start = attempts.started().unwrap_or_else(Instant::now);
-        let mut in_flight: Vec<Pin<Box<Fut>>> = vec![Box::pin(op())];
+        let mut others: Vec<Pin<Box<Fut>>> = Vec::new();
         let mut more = true;
         let mut last: Option<E> = None;
         let mut hedge_timer = pin!(sleep_until(start + hedge.delay));
         let mut end_timer = pin!(sleep_until(end));
         loop {
-            let event = poll_fn(|cx| {
-                // A chain inside an attempt makes one attempt: the hedges
-                // are this call's only extra requests.
-                let _polling = layer::polling(&HEDGED);
-                let mut i = 0;
-                while i < in_flight.len() {
-                    if let Poll::Ready(result) = in_flight[i].as_mut().poll(cx) {
-                        drop(in_flight.swap_remove(i));
-                        return Poll::Ready(Event::Done(result));
-                    }
-                    i += 1;
+            let event = match first_event.take() {
+                Some(event) => event,
+                None => {
+                    poll_fn(|cx| {
+                        // A chain inside an attempt makes one attempt: the
+                        // hedges are this call's only extra requests.
+                        let _polling = layer::polling(&HEDGED);
+                        if let Some(fut) = first.as_mut().as_pin_mut() {
+                            if let Poll::Ready(result) = fut.poll(cx) {
+                                first.set(None);
+                                return Poll::Ready(Event::Done(result));
+                            }
+                        }
+                        let mut i = 0;
+                        while i < others.len() {
+                            if let Poll::Ready(result) = others[i].as_mut().poll(cx) {
+                                drop(others.swap_remove(i));
+                                return Poll::Ready(Event::Done(result));
+                            }
+                            i += 1;
+                        }
+                        if end_timer.as_mut().poll(cx).is_ready() {
+                            return Poll::Ready(Event::End);
+                        }
+                        if more && hedge_timer.as_mut().poll(cx).is_ready() {
+                            return Poll::Ready(Event::Hedge);
+                        }
+                        Poll::Pending
+                    })
+                    .await
                 }
-                if end_timer.as_mut().poll(cx).is_ready() {
-                    return Poll::Ready(Event::End);
-                }
-                if more && hedge_timer.as_mut().poll(cx).is_ready() {
-                    return Poll::Ready(Event::Hedge);
-                }
-                Poll::Pending
-            })
-            .await;
+            };
             match event {
                 Event::Done(Ok(value)) => return Ok(value),
                 Event::Done(Err(error)) if error.classify().is_retryable() => last = Some(error),
                 Event::Done(Err(error)) => return Err(error),
                 Event::End => {
-                    drop(in_flight);
+                    first.set(None);
+                    drop(others);
                     return Err(E::from_runtime(attempts.cut(cut).0));
                 }
                 Event::Hedge => {}
             }
+            let in_flight = usize::from(first.is_some()) + others.len();
             if more {
                 match attempts.hedge() {
                     Ok(()) => {
-                        tracing::debug!(target: "resilience::hedge", name = hedge.name, attempt = attempts.attempt(), in_flight = in_flight.len() + 1, "hedging: another attempt");
+                        tracing::debug!(target: "resilience::hedge", name = hedge.name, attempt = attempts.attempt(), in_flight = in_flight + 1, "hedging: another attempt");
                         telemetry::hedge(Labels::of(hedge.name));
-                        in_flight.push(Box::pin(op()));
+                        others.push(Box::pin(op()));
                         hedge_timer.as_mut().reset(Instant::now() + hedge.delay);
+                        continue;
                     }
                     Err(reason) => {
                         more = false;
@@ -230,12 +257,25 @@ impl Policy {
                     }
                 }
             }
-            if in_flight.is_empty() {
+            if in_flight == 0 {
                 // Every attempt made failed, and no more may start.
                 return Err(last.unwrap_or_else(|| E::from_runtime(attempts.cut(cut).0)));
             }
         }
     }
+}
+
+/// Polls the first attempt once, marked as a hedged call's.
+fn poll_first<Fut: Future>(
+    mut first: Pin<&mut Option<Fut>>,
+) -> impl Future<Output = Poll<Fut::Output>> + '_ {
+    poll_fn(move |cx| {
+        let _polling = layer::polling(&HEDGED);
+        Poll::Ready(match first.as_mut().as_pin_mut() {
+            Some(fut) => fut.poll(cx),
+            None => Poll::Pending,
+        })
+    })
 }
 
 /// What the attempts of a hedged call are polled under, for a chain
