@@ -2,11 +2,10 @@
 //! HTTP client [`Service`] whose request body can be cloned (cargo feature
 //! `tower`): a hyper client, a client built of tower layers.
 //!
-//! A tonic channel's request body is a stream (`tonic::body::Body` is not
-//! `Clone`), so this layer cannot go below a tonic client as is: retry a
-//! gRPC call around the generated client's method (`#[retry]` on the fn
-//! that calls it, with the request rebuilt on each attempt) and keep this
-//! layer for HTTP clients with buffered bodies.
+//! Below a tonic client, [`ResilienceLayer::grpc`] (cargo feature `tonic`)
+//! applies gRPC's rules instead: calls judged by their `grpc-status`, the
+//! methods declared idempotent retried with their request buffered, the
+//! runtime's errors turned into a `Status` (see `grpc`).
 //!
 //! The same rules, from the same code, as the reqwest middleware
 //! (`resilience::http::ResilienceMiddleware`, feature
@@ -71,6 +70,11 @@ use crate::registry::Registry;
 use crate::retry::{Classify, Event, HttpStatus, Policy, PolicyBuilder, Reason, Verdict};
 
 pub use crate::http_rules::RetryOverride;
+
+#[cfg(feature = "tonic")]
+pub mod grpc;
+#[cfg(feature = "tonic")]
+pub use grpc::{GrpcLayer, GrpcResilient, MAX_BUFFERED};
 
 /// The error of a [`Resilient`] service: the inner service's own error,
 /// or a [`resilience::Error`](crate::Error) (an open breaker, a spent
@@ -185,17 +189,35 @@ impl<S> Resilient<S> {
 
 /// One attempt's outcome as the retry executor and the breaker see it.
 enum Attempt<RB, E> {
-    /// A response whose status the classifier rejects; kept unread, so
-    /// that the last one can be returned as is.
-    Response(Box<Response<RB>>),
+    /// A response that the rules reject (retryable, or a failure of the
+    /// dependency); kept unread, so that the last one can be returned as is.
+    Response(Box<Response<RB>>, Judged),
     Transport(E),
     Runtime(Error),
+}
+
+/// What the rules said of a response.
+#[derive(Debug, Clone, Copy)]
+struct Judged {
+    verdict: Verdict,
+    reason: Option<Reason>,
+}
+
+/// Which protocol's rules judge a response.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Rules {
+    /// Its status and `Retry-After`.
+    Http,
+    /// Its `grpc-status`, when the response carries it in its headers;
+    /// else its HTTP status (a proxy's 503).
+    #[cfg(feature = "tonic")]
+    Grpc,
 }
 
 impl<RB, E> fmt::Debug for Attempt<RB, E> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Attempt::Response(response) => write!(f, "Response({})", response.status()),
+            Attempt::Response(response, _) => write!(f, "Response({})", response.status()),
             Attempt::Transport(_) => f.write_str("Transport"),
             Attempt::Runtime(err) => write!(f, "Runtime({err})"),
         }
@@ -211,9 +233,7 @@ impl<RB, E> From<Error> for Attempt<RB, E> {
 impl<RB, E> Classify for Attempt<RB, E> {
     fn classify(&self) -> Verdict {
         match self {
-            Attempt::Response(response) => {
-                http_rules::response_verdict(response.status(), response.headers())
-            }
+            Attempt::Response(_, judged) => judged.verdict,
             // The guide retries every transport error; cancellation is a
             // dropped future, which never gets here.
             Attempt::Transport(_) => Verdict::Transient,
@@ -223,22 +243,39 @@ impl<RB, E> Classify for Attempt<RB, E> {
 
     fn reason(&self) -> Option<Reason> {
         match self {
-            Attempt::Response(response) => HttpStatus(response.status().as_u16()).reason(),
+            Attempt::Response(_, judged) => judged.reason,
             Attempt::Transport(_) => Some(Reason::Network),
             Attempt::Runtime(err) => err.reason(),
         }
     }
 }
 
-fn judge<RB, E>(outcome: Result<Response<RB>, E>) -> Result<Response<RB>, Attempt<RB, E>> {
-    match outcome {
-        Ok(response)
-            if http_rules::response_verdict(response.status(), response.headers())
-                .is_retryable() =>
-        {
-            Err(Attempt::Response(Box::new(response)))
+/// The rules' word on a response: `None` for an answer that stands (a
+/// success for the breaker).
+fn judge_response<RB>(rules: Rules, response: &Response<RB>) -> Option<Judged> {
+    #[cfg(feature = "tonic")]
+    if rules == Rules::Grpc {
+        if let Some(judged) = grpc::judge(response.headers()) {
+            return judged;
         }
-        Ok(response) => Ok(response),
+    }
+    let _ = rules;
+    let verdict = http_rules::response_verdict(response.status(), response.headers());
+    verdict.is_retryable().then(|| Judged {
+        verdict,
+        reason: HttpStatus(response.status().as_u16()).reason(),
+    })
+}
+
+fn judge<RB, E>(
+    rules: Rules,
+    outcome: Result<Response<RB>, E>,
+) -> Result<Response<RB>, Attempt<RB, E>> {
+    match outcome {
+        Ok(response) => match judge_response(rules, &response) {
+            Some(judged) => Err(Attempt::Response(Box::new(response), judged)),
+            None => Ok(response),
+        },
         Err(err) => Err(Attempt::Transport(err)),
     }
 }
@@ -249,21 +286,28 @@ fn settle<RB, E: Into<BoxError>>(
 ) -> Result<Response<RB>, BoxError> {
     match outcome {
         Ok(response) => Ok(response),
-        Err(Attempt::Response(response)) => Ok(*response),
+        Err(Attempt::Response(response, _)) => Ok(*response),
         Err(Attempt::Transport(err)) => Err(err.into()),
         Err(Attempt::Runtime(err)) => Err(Box::new(err)),
     }
 }
 
-/// A copy of `request` for one more attempt.
-fn copy<B: Clone>(request: &Request<B>) -> Request<B> {
-    let mut copy = Request::new(request.body().clone());
+/// A copy of `request`'s head with `body`, for one more attempt.
+fn copy_with<B, C>(request: &Request<B>, body: C) -> Request<C> {
+    let mut copy = Request::new(body);
     *copy.method_mut() = request.method().clone();
     *copy.uri_mut() = request.uri().clone();
     *copy.version_mut() = request.version();
     *copy.headers_mut() = request.headers().clone();
     *copy.extensions_mut() = request.extensions().clone();
     copy
+}
+
+/// Takes the service `poll_ready` made ready, leaving a clone in its place
+/// for the next caller to poll ready again.
+fn take_ready<S: Clone>(inner: &mut S) -> S {
+    let clone = inner.clone();
+    std::mem::replace(inner, clone)
 }
 
 impl<S, B, RB> Service<Request<B>> for Resilient<S>
@@ -283,63 +327,90 @@ where
     }
 
     fn call(&mut self, request: Request<B>) -> Self::Future {
-        // The service `poll_ready` made ready is the one to call first; the
-        // clone left in its place is polled ready again by the next caller.
-        let clone = self.inner.clone();
-        let ready = std::mem::replace(&mut self.inner, clone);
+        let ready = take_ready(&mut self.inner);
         let layer = self.layer.clone();
-        Box::pin(async move { layer.run(ready, request).await })
+        Box::pin(async move {
+            let asked = request.extensions().get::<RetryOverride>().copied();
+            let once =
+                http_rules::sent_once_because(request.method(), request.headers(), true, asked);
+            if layer.sent_once(once, &request) {
+                return layer.send_once(ready, request, Rules::Http).await;
+            }
+            let replay = |template: &Request<B>| copy_with(template, template.body().clone());
+            layer
+                .send_retried(ready, request, replay, Rules::Http)
+                .await
+        })
     }
 }
 
 impl ResilienceLayer {
-    async fn run<S, B, RB>(
-        self,
+    /// Whether `request` goes out once: the policy allows one attempt, or
+    /// `once` says why not (logged at DEBUG).
+    fn sent_once<B>(&self, once: Option<&'static str>, request: &Request<B>) -> bool {
+        if self.policy.max_attempts() <= 1 {
+            return true;
+        }
+        let Some(reason) = once else {
+            return false;
+        };
+        tracing::debug!(
+            target: "resilience::tower",
+            name = self.name,
+            method = %request.method(),
+            uri = %request.uri(),
+            reason,
+            "request sent once, not retried"
+        );
+        true
+    }
+
+    /// One attempt, through the breaker.
+    async fn send_once<S, B, RB>(
+        &self,
         mut ready: S,
         request: Request<B>,
+        rules: Rules,
+    ) -> Result<Response<RB>, BoxError>
+    where
+        S: Service<Request<B>, Response = Response<RB>>,
+        S::Error: Into<BoxError>,
+    {
+        let once = async { judge(rules, ready.call(request).await) };
+        settle(match &self.breaker {
+            Some(breaker) => breaker.call(once).await,
+            None => once.await,
+        })
+    }
+
+    /// The retry chain, through the breaker: each attempt sends
+    /// `replay(&template)`.
+    async fn send_retried<S, B, T, RB, R>(
+        &self,
+        ready: S,
+        template: Request<T>,
+        replay: R,
+        rules: Rules,
     ) -> Result<Response<RB>, BoxError>
     where
         S: Service<Request<B>, Response = Response<RB>> + Clone,
         S::Error: Into<BoxError>,
-        B: Clone,
+        R: Fn(&Request<T>) -> Request<B>,
     {
         let name = self.name;
-        let once = if self.policy.max_attempts() <= 1 {
-            Some("the policy allows one attempt")
-        } else {
-            let asked = request.extensions().get::<RetryOverride>().copied();
-            http_rules::sent_once_because(request.method(), request.headers(), true, asked)
-        };
-        if let Some(reason) = once {
-            if self.policy.max_attempts() > 1 {
-                tracing::debug!(
-                    target: "resilience::tower",
-                    name,
-                    method = %request.method(),
-                    uri = %request.uri(),
-                    reason,
-                    "request sent once, not retried"
-                );
-            }
-            let once = async { judge(ready.call(request).await) };
-            return settle(match &self.breaker {
-                Some(breaker) => breaker.call(once).await,
-                None => once.await,
-            });
-        }
         // Owned by the closure, so that the chain is `Send` without asking
         // the client to be `Sync`.
-        let (template, inner) = (request, ready);
+        let inner = ready;
         let chain = self
             .policy
             .retry(move || {
                 let mut service = inner.clone();
-                let request = copy(&template);
+                let request = replay(&template);
                 async move {
                     poll_fn(|cx| service.poll_ready(cx))
                         .await
                         .map_err(Attempt::Transport)?;
-                    judge(service.call(request).await)
+                    judge(rules, service.call(request).await)
                 }
             })
             .notify(|event: &Event<'_, Attempt<RB, S::Error>>| {
