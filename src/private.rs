@@ -183,24 +183,13 @@ impl Site for RetrySite {
     }
 }
 
-impl Site for BreakerSite {
+impl<C: SiteKind> Site for BreakerSite<C> {
     fn describe(&self) -> SiteDefaults {
         SiteDefaults {
             name: self.name,
             in_impl: false,
             budget: None,
-            config: Defaults::Breaker(self.defaults),
-        }
-    }
-}
-
-impl Site for FamilySite {
-    fn describe(&self) -> SiteDefaults {
-        SiteDefaults {
-            name: self.name,
-            in_impl: false,
-            budget: None,
-            config: Defaults::Family(self.defaults),
+            config: self.defaults.declared(),
         }
     }
 }
@@ -744,84 +733,92 @@ impl<E, W: Judge<E>, K: Keep<E>> Driver<E> for Hooks<'_, W, K> {
     }
 }
 
-/// The circuit breaker of one `#[circuit_breaker]` call site.
-#[derive(Debug)]
-pub struct BreakerSite {
-    name: &'static str,
-    defaults: BreakerConfig,
-    /// The breaker and the labels, resolved together (see [`RetrySite`]).
-    breaker: OnceLock<(&'static CircuitBreaker, Labels)>,
-    fallbacks: AtomicU64,
+/// What a `#[circuit_breaker]` call site resolves: one breaker
+/// ([`BreakerConfig`]), or with `key` a family of them ([`FamilyConfig`]).
+pub trait SiteKind: Copy + std::fmt::Debug + Send + Sync + 'static {
+    /// The breaker or the family.
+    type Target: std::fmt::Debug + Sync + 'static;
+    /// The one of `registry` named `name`, created with `defaults` if new.
+    fn resolve(
+        self,
+        registry: &'static registry::Registry,
+        name: &'static str,
+    ) -> &'static Self::Target;
+    /// The attribute's values, for the registry's list of sites.
+    fn declared(self) -> Defaults;
 }
 
-impl BreakerSite {
-    /// A site for the breaker `name`, whose attribute asked for `defaults`
-    /// (checked at compile time).
-    pub const fn new(name: &'static str, defaults: BreakerConfig) -> Self {
-        Self {
-            name,
-            defaults,
-            breaker: OnceLock::new(),
-            fallbacks: AtomicU64::new(0),
-        }
+impl SiteKind for BreakerConfig {
+    type Target = CircuitBreaker;
+
+    fn resolve(
+        self,
+        registry: &'static registry::Registry,
+        name: &'static str,
+    ) -> &'static CircuitBreaker {
+        registry.breaker(name, self)
     }
 
-    /// The breaker, shared by every site with the same name: resolved on
-    /// the first call from the global registry.
-    #[inline]
-    pub fn get(&self) -> &'static CircuitBreaker {
-        self.resolve().0
+    fn declared(self) -> Defaults {
+        Defaults::Breaker(self)
+    }
+}
+
+impl SiteKind for FamilyConfig {
+    type Target = BreakerFamily;
+
+    fn resolve(
+        self,
+        registry: &'static registry::Registry,
+        name: &'static str,
+    ) -> &'static BreakerFamily {
+        registry.family(name, self)
     }
 
-    #[inline]
-    fn resolve(&self) -> (&'static CircuitBreaker, Labels) {
-        *self.breaker.get_or_init(|| {
-            let registry = registry::global();
-            (
-                registry.breaker(self.name, self.defaults),
-                Labels::new(registry.service(), self.name),
-            )
-        })
+    fn declared(self) -> Defaults {
+        Defaults::Family(self)
     }
+}
 
-    /// How many calls at this site were answered by the fallback.
-    pub fn fallbacks(&self) -> u64 {
-        self.fallbacks.load(Ordering::Relaxed)
-    }
+/// The circuit breaker of one `#[circuit_breaker]` call site, or with
+/// `key` its family ([`FamilySite`]).
+#[derive(Debug)]
+pub struct BreakerSite<C: SiteKind = BreakerConfig> {
+    name: &'static str,
+    defaults: C,
+    /// The breaker and the labels, resolved together (see [`RetrySite`]).
+    resolved: OnceLock<(&'static C::Target, Labels)>,
+    fallbacks: AtomicU64,
 }
 
 /// The breaker family of one `#[circuit_breaker(key = …)]` call site.
-#[derive(Debug)]
-pub struct FamilySite {
-    name: &'static str,
-    defaults: FamilyConfig,
-    family: OnceLock<(&'static BreakerFamily, Labels)>,
-    fallbacks: AtomicU64,
-}
+pub type FamilySite = BreakerSite<FamilyConfig>;
 
-impl FamilySite {
-    /// A site for the family `name`, whose attribute asked for `defaults`
-    /// (checked at compile time).
-    pub const fn new(name: &'static str, defaults: FamilyConfig) -> Self {
+impl<C: SiteKind> BreakerSite<C> {
+    /// A site for the breaker (or family) `name`, whose attribute asked
+    /// for `defaults` (checked at compile time).
+    pub const fn new(name: &'static str, defaults: C) -> Self {
         Self {
             name,
             defaults,
-            family: OnceLock::new(),
+            resolved: OnceLock::new(),
             fallbacks: AtomicU64::new(0),
         }
     }
 
-    /// The family, shared by every site with the same name: resolved on
-    /// the first call from the global registry.
-    pub fn get(&self) -> &'static BreakerFamily {
+    /// The breaker (or family), shared by every site with the same name:
+    /// resolved on the first call from the global registry.
+    #[inline]
+    pub fn get(&self) -> &'static C::Target {
         self.resolve().0
     }
 
-    fn resolve(&self) -> (&'static BreakerFamily, Labels) {
-        *self.family.get_or_init(|| {
+    #[inline]
+    fn resolve(&self) -> (&'static C::Target, Labels) {
+        *self.resolved.get_or_init(|| {
             let registry = registry::global();
             (
-                registry.family(self.name, self.defaults),
+                self.defaults.resolve(registry, self.name),
                 Labels::new(registry.service(), self.name),
             )
         })
@@ -875,17 +872,7 @@ pub trait FallbackSite: Sync {
     fn fell_back(&self);
 }
 
-impl FallbackSite for BreakerSite {
-    fn name(&self) -> &'static str {
-        self.name
-    }
-
-    fn fell_back(&self) {
-        self.fallbacks.fetch_add(1, Ordering::Relaxed);
-    }
-}
-
-impl FallbackSite for FamilySite {
+impl<C: SiteKind> FallbackSite for BreakerSite<C> {
     fn name(&self) -> &'static str {
         self.name
     }

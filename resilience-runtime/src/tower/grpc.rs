@@ -281,19 +281,19 @@ fn buffer(mut body: Body) -> Buffered {
                     len += data.len();
                     read.push_back(data);
                     if len > MAX_BUFFERED {
-                        return Buffered::Streaming(Body::new(Resumed { read, rest: body }));
+                        return Buffered::Streaming(ReadAhead::then(read, Then::Rest(body)));
                     }
                 }
                 // Trailers in a request: sent once, as it came.
                 Err(frame) => {
                     let trailers = frame.into_trailers().ok();
-                    return Buffered::Streaming(Body::new(WithTrailers { read, trailers }));
+                    return Buffered::Streaming(ReadAhead::then(read, Then::Trailers(trailers)));
                 }
             },
             Poll::Ready(Some(Err(status))) => {
-                return Buffered::Streaming(Body::new(Failed(Some(status))));
+                return Buffered::Streaming(ReadAhead::then(read, Then::Failed(Some(status))));
             }
-            Poll::Pending => return Buffered::Streaming(Body::new(Resumed { read, rest: body })),
+            Poll::Pending => return Buffered::Streaming(ReadAhead::then(read, Then::Rest(body))),
         }
     }
     let mut whole = BytesMut::with_capacity(len);
@@ -322,13 +322,28 @@ impl http_body::Body for Whole {
     }
 }
 
-/// What was read of a body, then the rest of it.
-struct Resumed {
+/// What was read of a body ahead of sending it, then what came after.
+struct ReadAhead {
     read: VecDeque<Bytes>,
-    rest: Body,
+    then: Then,
 }
 
-impl http_body::Body for Resumed {
+enum Then {
+    /// The rest of the body, as it comes.
+    Rest(Body),
+    /// Its trailers, read too.
+    Trailers(Option<HeaderMap>),
+    /// The error it failed with.
+    Failed(Option<tonic::Status>),
+}
+
+impl ReadAhead {
+    fn then(read: VecDeque<Bytes>, then: Then) -> Body {
+        Body::new(ReadAhead { read, then })
+    }
+}
+
+impl http_body::Body for ReadAhead {
     type Data = Bytes;
     type Error = tonic::Status;
 
@@ -339,43 +354,13 @@ impl http_body::Body for Resumed {
         if let Some(data) = self.read.pop_front() {
             return Poll::Ready(Some(Ok(Frame::data(data))));
         }
-        Pin::new(&mut self.rest).poll_frame(cx)
-    }
-}
-
-/// A body read whole, its trailers included.
-struct WithTrailers {
-    read: VecDeque<Bytes>,
-    trailers: Option<HeaderMap>,
-}
-
-impl http_body::Body for WithTrailers {
-    type Data = Bytes;
-    type Error = tonic::Status;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        _: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
-        if let Some(data) = self.read.pop_front() {
-            return Poll::Ready(Some(Ok(Frame::data(data))));
+        match &mut self.then {
+            Then::Rest(body) => Pin::new(body).poll_frame(cx),
+            Then::Trailers(trailers) => {
+                Poll::Ready(trailers.take().map(|t| Ok(Frame::trailers(t))))
+            }
+            Then::Failed(status) => Poll::Ready(status.take().map(Err)),
         }
-        Poll::Ready(self.trailers.take().map(|t| Ok(Frame::trailers(t))))
-    }
-}
-
-/// A body that failed while it was read ahead.
-struct Failed(Option<tonic::Status>);
-
-impl http_body::Body for Failed {
-    type Data = Bytes;
-    type Error = tonic::Status;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        _: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
-        Poll::Ready(self.0.take().map(Err))
     }
 }
 
