@@ -283,3 +283,38 @@ async fn a_named_layer_takes_its_policy_and_breaker_from_the_registry() {
     assert!(client.get(server.url("/pay")).send().await.is_err());
     assert_eq!(server.requests_to("/pay").len(), 2);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_hedged_get_is_answered_by_the_second_copy_when_the_first_is_slow() {
+    use std::time::Duration;
+
+    let server = FaultServer::start().await.unwrap();
+    server.script("/search", [Reply::Slow(Duration::from_secs(1)), Reply::Ok]);
+    server.body("/search", "found");
+    server.always("/orders", Reply::Slow(Duration::from_secs(1)));
+    let hedge = resilience::retry::Hedge::new("http-hedge", Duration::from_millis(50), 2).unwrap();
+    let client = ClientBuilder::new(reqwest::Client::new())
+        .with(ResilienceMiddleware::new("http-hedge", Policy::http()).with_hedge(hedge))
+        .build();
+
+    let started = tokio::time::Instant::now();
+    let response = client.get(server.url("/search")).send().await.unwrap();
+    assert_eq!(response.status().as_u16(), 200);
+    assert_eq!(response.text().await.unwrap(), "found");
+    assert!(
+        started.elapsed() < Duration::from_secs(1),
+        "answered by the hedge, not the slow copy: {:?}",
+        started.elapsed()
+    );
+    assert_eq!(server.requests_to("/search").len(), 2);
+
+    // A keyless POST is sent once: never hedged, however slow.
+    let response = client
+        .post(server.url("/orders"))
+        .body("x")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status().as_u16(), 200);
+    assert_eq!(server.requests_to("/orders").len(), 1);
+}

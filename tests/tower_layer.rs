@@ -209,3 +209,40 @@ async fn a_transport_error_is_retried_and_returned_after_the_last_attempt() {
         (1, 1)
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_hedged_get_is_answered_by_the_second_copy_when_the_first_is_slow() {
+    use std::time::Duration;
+
+    let server = FaultServer::start().await.unwrap();
+    // The first copy waits a second; the second answers at once.
+    server.script("/search", [Reply::Slow(Duration::from_secs(1)), Reply::Ok]);
+    server.body("/search", "found");
+    server.always("/orders", Reply::Slow(Duration::from_secs(1)));
+    let hedge = resilience::retry::Hedge::new("tower-hedge", Duration::from_millis(50), 2).unwrap();
+    let mut client = client(ResilienceLayer::new("tower-hedge", Policy::http()).with_hedge(hedge));
+
+    let started = tokio::time::Instant::now();
+    let got = send(
+        &mut client,
+        request(http::Method::GET, server.url("/search")),
+    )
+    .await;
+    assert_eq!(got.unwrap(), (200, "found".to_owned()));
+    assert!(
+        started.elapsed() < Duration::from_secs(1),
+        "answered by the hedge, not the slow copy: {:?}",
+        started.elapsed()
+    );
+    assert_eq!(server.requests_to("/search").len(), 2);
+
+    // A keyless POST is sent once: never hedged, however slow.
+    let (status, _) = send(
+        &mut client,
+        request(http::Method::POST, server.url("/orders")),
+    )
+    .await
+    .unwrap();
+    assert_eq!(status, 200);
+    assert_eq!(server.requests_to("/orders").len(), 1);
+}

@@ -11,7 +11,7 @@ use crate::breaker::{BreakerConfig, CircuitBreaker};
 use crate::error::Error;
 use crate::http_rules::{self, RetryOverride};
 use crate::registry::Registry;
-use crate::retry::{Classify, Event, Policy, PolicyBuilder, Reason, Verdict};
+use crate::retry::{Classify, Event, Hedge, Policy, PolicyBuilder, Reason, Verdict};
 
 /// Applies a retry policy, and optionally a circuit breaker, to every
 /// request of a [`reqwest_middleware::ClientWithMiddleware`], for code that
@@ -59,6 +59,7 @@ pub struct ResilienceMiddleware {
     name: &'static str,
     policy: Policy,
     breaker: Option<CircuitBreaker>,
+    hedge: Option<Hedge>,
 }
 
 impl ResilienceMiddleware {
@@ -68,6 +69,7 @@ impl ResilienceMiddleware {
             name,
             policy,
             breaker: None,
+            hedge: None,
         }
     }
 
@@ -90,6 +92,7 @@ impl ResilienceMiddleware {
             name,
             policy: registry.policy(name, PolicyBuilder::http()),
             breaker: Some(registry.breaker(name, BreakerConfig::new()).clone()),
+            hedge: None,
         }
     }
 
@@ -98,6 +101,35 @@ impl ResilienceMiddleware {
     pub fn with_breaker(mut self, breaker: CircuitBreaker) -> Self {
         self.breaker = Some(breaker);
         self
+    }
+
+    /// Hedges the requests that may be retried instead of retrying them,
+    /// by the rules of [`Policy::hedge`](crate::retry::hedge) under this
+    /// middleware's policy: after `hedge`'s delay without an answer another
+    /// copy goes out, the first good answer wins, the others are dropped.
+    /// A request sent once (a keyless `POST`, a streaming body) is not
+    /// hedged either.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use resilience::http::ResilienceMiddleware;
+    /// use resilience::retry::Hedge;
+    /// use resilience::Policy;
+    ///
+    /// let hedge = Hedge::new("search", Duration::from_millis(50), 2)?;
+    /// let middleware = ResilienceMiddleware::new("search", Policy::http()).with_hedge(hedge);
+    /// assert_eq!(middleware.hedge(), Some(hedge));
+    /// # Ok::<(), resilience::ConfigError>(())
+    /// ```
+    #[must_use]
+    pub fn with_hedge(mut self, hedge: Hedge) -> Self {
+        self.hedge = Some(hedge);
+        self
+    }
+
+    /// The hedge given to [`with_hedge`](Self::with_hedge).
+    pub fn hedge(&self) -> Option<Hedge> {
+        self.hedge
     }
 
     /// The breaker given to [`with_breaker`](Self::with_breaker).
@@ -223,35 +255,44 @@ impl Middleware for ResilienceMiddleware {
         }
         let name = self.name;
         let (template, shared) = (&request, &*extensions);
-        let chain = self
-            .policy
-            .retry(|| {
-                let next = next.clone();
-                async move {
-                    let request = template.try_clone().ok_or_else(|| {
-                        // Checked by `sent_once_because` above.
-                        Attempt::Middleware(reqwest_middleware::Error::middleware(
-                            HttpError::BodyNotReplayable {
-                                method: template.method().clone(),
-                                url: Box::new(template.url().clone()),
-                            },
-                        ))
-                    })?;
-                    // Each attempt gets the extensions as they came in; the
-                    // successful one's are handed back.
-                    let mut extensions = shared.clone();
-                    let response = judge(next.run(request, &mut extensions).await)?;
-                    Ok((response, extensions))
+        let attempt = || {
+            let next = next.clone();
+            async move {
+                let request = template.try_clone().ok_or_else(|| {
+                    // Checked by `sent_once_because` above.
+                    Attempt::Middleware(reqwest_middleware::Error::middleware(
+                        HttpError::BodyNotReplayable {
+                            method: template.method().clone(),
+                            url: Box::new(template.url().clone()),
+                        },
+                    ))
+                })?;
+                // Each attempt gets the extensions as they came in; the
+                // successful one's are handed back.
+                let mut extensions = shared.clone();
+                let response = judge(next.run(request, &mut extensions).await)?;
+                Ok((response, extensions))
+            }
+        };
+        let outcome = match self.hedge {
+            Some(hedge) => {
+                let hedged = self.policy.hedge(hedge, attempt);
+                match &self.breaker {
+                    Some(breaker) => breaker.call(hedged).await,
+                    None => hedged.await,
                 }
-            })
-            .notify(|event: &Event<'_, Attempt>| {
-                if let Event::Retry { attempt, delay, .. } = event {
-                    tracing::debug!(target: "resilience::http", name, attempt, ?delay, "retrying request");
+            }
+            None => {
+                let chain = self.policy.retry(attempt).notify(|event: &Event<'_, Attempt>| {
+                    if let Event::Retry { attempt, delay, .. } = event {
+                        tracing::debug!(target: "resilience::http", name, attempt, ?delay, "retrying request");
+                    }
+                });
+                match &self.breaker {
+                    Some(breaker) => breaker.call(chain).await,
+                    None => chain.await,
                 }
-            });
-        let outcome = match &self.breaker {
-            Some(breaker) => breaker.call(chain).await,
-            None => chain.await,
+            }
         };
         settle(outcome.map(|(response, used)| {
             extensions.extend(used);

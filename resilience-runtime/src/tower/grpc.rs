@@ -11,7 +11,8 @@
 //!   `/package.Service/`), as gRPC's service config names them; any other
 //!   call is sent once, still through the breaker.
 //!   [`RetryOverride`] in the request's extensions
-//!   (`tonic::Request::extensions_mut`) overrides it per call;
+//!   (`tonic::Request::extensions_mut`) overrides it per call; with
+//!   [`ResilienceLayer::with_hedge`] they are hedged instead of retried;
 //! - **which bodies**: a retried call's request body is read into memory
 //!   before the first attempt, if it is complete at once (a unary or a
 //!   client-streaming call from an in-memory iterator) and at most

@@ -67,7 +67,7 @@ use crate::breaker::{BreakerConfig, CircuitBreaker};
 use crate::error::Error;
 use crate::http_rules;
 use crate::registry::Registry;
-use crate::retry::{Classify, Event, HttpStatus, Policy, PolicyBuilder, Reason, Verdict};
+use crate::retry::{Classify, Event, Hedge, HttpStatus, Policy, PolicyBuilder, Reason, Verdict};
 
 pub use crate::http_rules::RetryOverride;
 
@@ -98,6 +98,7 @@ pub struct ResilienceLayer {
     name: &'static str,
     policy: Policy,
     breaker: Option<CircuitBreaker>,
+    hedge: Option<Hedge>,
 }
 
 impl ResilienceLayer {
@@ -107,6 +108,7 @@ impl ResilienceLayer {
             name,
             policy,
             breaker: None,
+            hedge: None,
         }
     }
 
@@ -136,6 +138,7 @@ impl ResilienceLayer {
             name,
             policy: registry.policy(name, PolicyBuilder::http()),
             breaker: Some(registry.breaker(name, BreakerConfig::new()).clone()),
+            hedge: None,
         }
     }
 
@@ -144,6 +147,36 @@ impl ResilienceLayer {
     pub fn with_breaker(mut self, breaker: CircuitBreaker) -> Self {
         self.breaker = Some(breaker);
         self
+    }
+
+    /// Hedges the requests that may be retried instead of retrying them:
+    /// after `hedge`'s delay without an answer another copy goes out
+    /// beside the first, the first good answer wins and the others are
+    /// dropped (the rules of [`Policy::hedge`](crate::retry::hedge), under
+    /// this layer's policy's `max_elapsed` and budget). A request sent
+    /// once (a keyless `POST`, [`RetryOverride::Never`]) is not hedged
+    /// either.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use resilience::retry::Hedge;
+    /// use resilience::tower::ResilienceLayer;
+    /// use resilience::Policy;
+    ///
+    /// let hedge = Hedge::new("search", Duration::from_millis(50), 2)?;
+    /// let layer = ResilienceLayer::new("search", Policy::http()).with_hedge(hedge);
+    /// assert_eq!(layer.hedge(), Some(hedge));
+    /// # Ok::<(), resilience::ConfigError>(())
+    /// ```
+    #[must_use]
+    pub fn with_hedge(mut self, hedge: Hedge) -> Self {
+        self.hedge = Some(hedge);
+        self
+    }
+
+    /// The hedge given to [`with_hedge`](Self::with_hedge).
+    pub fn hedge(&self) -> Option<Hedge> {
+        self.hedge
     }
 
     /// The breaker, when there is one.
@@ -383,8 +416,8 @@ impl ResilienceLayer {
         })
     }
 
-    /// The retry chain, through the breaker: each attempt sends
-    /// `replay(&template)`.
+    /// The retry chain (or the hedged call), through the breaker: each
+    /// attempt sends `replay(&template)`.
     async fn send_retried<S, B, T, RB, R>(
         &self,
         ready: S,
@@ -401,23 +434,30 @@ impl ResilienceLayer {
         // Owned by the closure, so that the chain is `Send` without asking
         // the client to be `Sync`.
         let inner = ready;
-        let chain = self
-            .policy
-            .retry(move || {
-                let mut service = inner.clone();
-                let request = replay(&template);
-                async move {
-                    poll_fn(|cx| service.poll_ready(cx))
-                        .await
-                        .map_err(Attempt::Transport)?;
-                    judge(rules, service.call(request).await)
-                }
-            })
-            .notify(|event: &Event<'_, Attempt<RB, S::Error>>| {
+        let attempt = move || {
+            let mut service = inner.clone();
+            let request = replay(&template);
+            async move {
+                poll_fn(|cx| service.poll_ready(cx))
+                    .await
+                    .map_err(Attempt::Transport)?;
+                judge(rules, service.call(request).await)
+            }
+        };
+        if let Some(hedge) = self.hedge {
+            let hedged = self.policy.hedge(hedge, attempt);
+            return settle(match &self.breaker {
+                Some(breaker) => breaker.call(hedged).await,
+                None => hedged.await,
+            });
+        }
+        let chain = self.policy.retry(attempt).notify(
+            |event: &Event<'_, Attempt<RB, S::Error>>| {
                 if let Event::Retry { attempt, delay, .. } = event {
                     tracing::debug!(target: "resilience::tower", name, attempt, ?delay, "retrying request");
                 }
-            });
+            },
+        );
         settle(match &self.breaker {
             Some(breaker) => breaker.call(chain).await,
             None => chain.await,
