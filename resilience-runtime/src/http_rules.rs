@@ -124,3 +124,122 @@ mod tests {
         assert!(sent_once_because(&Method::GET, &none, true, Some(RetryOverride::Never)).is_some());
     }
 }
+
+/// The builder every HTTP client integration shares (the reqwest
+/// middleware, the tower layer): a name, a policy, an optional breaker and
+/// an optional hedge, for a struct `$ty` with those four fields; `$path`
+/// is its path through the facade, `$what` what it is, for the docs.
+#[cfg(any(feature = "reqwest-middleware", feature = "tower"))]
+macro_rules! layer_builder {
+    ($ty:ident, $path:literal, $what:literal) => {
+        impl $ty {
+            #[doc = concat!("A ", $what, " named `name` (in logs) that applies `policy`.")]
+            ///
+            /// ```
+            #[doc = concat!("use ", $path, ";")]
+            /// use resilience::Policy;
+            ///
+            #[doc = concat!("let layer = ", stringify!($ty), "::new(\"users\", Policy::http());")]
+            /// assert_eq!((layer.name(), layer.policy().max_attempts()), ("users", 3));
+            /// assert!(layer.breaker().is_none() && layer.hedge().is_none());
+            /// ```
+            pub fn new(name: &'static str, policy: $crate::retry::Policy) -> Self {
+                Self {
+                    name,
+                    policy,
+                    breaker: None,
+                    hedge: None,
+                }
+            }
+
+            /// The policy and the breaker named `name` in the process-wide
+            /// [`registry`](crate::registry::global): what the config file or the
+            /// code registered for `name`, else the HTTP defaults. The breaker is
+            /// the one every `#[circuit_breaker(name = ...)]` of the same name
+            /// shares. A name that only layers use (no attribute carries it) is
+            /// declared in the builder
+            /// ([`RegistryBuilder::breaker`](crate::registry::RegistryBuilder::breaker),
+            /// [`RegistryBuilder::policy`](crate::registry::RegistryBuilder::policy))
+            /// for `install()` to accept its sections of the config file.
+            ///
+            /// ```
+            #[doc = concat!("use ", $path, ";")]
+            ///
+            #[doc = concat!("let layer = ", stringify!($ty), "::named(\"inventory\");")]
+            /// assert_eq!(layer.breaker().unwrap().name(), "inventory");
+            /// ```
+            pub fn named(name: &'static str) -> Self {
+                Self::from_registry($crate::registry::global(), name)
+            }
+
+            /// Like [`named`](Self::named), from `registry`.
+            pub fn from_registry(registry: &$crate::registry::Registry, name: &'static str) -> Self {
+                Self {
+                    name,
+                    policy: registry.policy(name, $crate::retry::PolicyBuilder::http()),
+                    breaker: Some(
+                        registry
+                            .breaker(name, $crate::breaker::BreakerConfig::new())
+                            .clone(),
+                    ),
+                    hedge: None,
+                }
+            }
+
+            /// Puts every request behind `breaker` (a clone shares its state).
+            #[must_use]
+            pub fn with_breaker(mut self, breaker: $crate::breaker::CircuitBreaker) -> Self {
+                self.breaker = Some(breaker);
+                self
+            }
+
+            /// Hedges the requests that may be retried instead of retrying
+            /// them, by the rules of [`Policy::hedge`](crate::retry::hedge)
+            /// under this policy's `max_elapsed` and budget: after `hedge`'s
+            /// delay without an answer another copy goes out, the first good
+            /// answer wins and the others are dropped. A request sent once (a
+            /// keyless `POST`, a body that cannot be sent twice,
+            /// `RetryOverride::Never`) is not hedged either.
+            ///
+            /// ```
+            /// use std::time::Duration;
+            /// use resilience::retry::Hedge;
+            #[doc = concat!("use ", $path, ";")]
+            /// use resilience::Policy;
+            ///
+            /// let hedge = Hedge::new("search", Duration::from_millis(50), 2)?;
+            #[doc = concat!("let layer = ", stringify!($ty), "::new(\"search\", Policy::http()).with_hedge(hedge);")]
+            /// assert_eq!(layer.hedge(), Some(hedge));
+            /// # Ok::<(), resilience::ConfigError>(())
+            /// ```
+            #[must_use]
+            pub fn with_hedge(mut self, hedge: $crate::retry::Hedge) -> Self {
+                self.hedge = Some(hedge);
+                self
+            }
+
+            /// The hedge given to [`with_hedge`](Self::with_hedge).
+            pub fn hedge(&self) -> Option<$crate::retry::Hedge> {
+                self.hedge
+            }
+
+            /// The breaker, when there is one.
+            pub fn breaker(&self) -> Option<&$crate::breaker::CircuitBreaker> {
+                self.breaker.as_ref()
+            }
+
+            /// The name given to [`new`](Self::new).
+            pub fn name(&self) -> &'static str {
+                self.name
+            }
+
+            /// The retry policy applied to each request.
+            pub fn policy(&self) -> &$crate::retry::Policy {
+                &self.policy
+            }
+        }
+    };
+}
+
+#[cfg(any(feature = "reqwest-middleware", feature = "tower"))]
+pub(crate) use layer_builder;

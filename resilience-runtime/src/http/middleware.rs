@@ -7,11 +7,10 @@ use reqwest_middleware::{Middleware, Next};
 
 use super::classify::classify_response;
 use super::error::HttpError;
-use crate::breaker::{BreakerConfig, CircuitBreaker};
+use crate::breaker::CircuitBreaker;
 use crate::error::Error;
 use crate::http_rules::{self, RetryOverride};
-use crate::registry::Registry;
-use crate::retry::{Classify, Event, Hedge, Policy, PolicyBuilder, Reason, Verdict};
+use crate::retry::{Classify, Event, Hedge, Policy, Reason, Verdict};
 
 /// Applies a retry policy, and optionally a circuit breaker, to every
 /// request of a [`reqwest_middleware::ClientWithMiddleware`], for code that
@@ -62,91 +61,11 @@ pub struct ResilienceMiddleware {
     hedge: Option<Hedge>,
 }
 
-impl ResilienceMiddleware {
-    /// A layer named `name` (in logs) that applies `policy`.
-    pub fn new(name: &'static str, policy: Policy) -> Self {
-        Self {
-            name,
-            policy,
-            breaker: None,
-            hedge: None,
-        }
-    }
-
-    /// The policy and the breaker named `name` in the process-wide
-    /// [`registry`](crate::registry::global): what the config file or the
-    /// code registered for `name`, else the HTTP defaults of the guide ([retry](crate::guide#retry), [circuit breaker](crate::guide#circuit-breaker)).
-    /// The breaker is the one every `#[circuit_breaker(name = ...)]` of the
-    /// same name shares. A name that only layers use (no attribute carries
-    /// it) is declared in the builder
-    /// ([`RegistryBuilder::breaker`](crate::registry::RegistryBuilder::breaker),
-    /// [`RegistryBuilder::policy`](crate::registry::RegistryBuilder::policy))
-    /// for `install()` to accept its sections of the config file.
-    pub fn named(name: &'static str) -> Self {
-        Self::from_registry(crate::registry::global(), name)
-    }
-
-    /// Like [`named`](Self::named), from `registry`.
-    pub fn from_registry(registry: &Registry, name: &'static str) -> Self {
-        Self {
-            name,
-            policy: registry.policy(name, PolicyBuilder::http()),
-            breaker: Some(registry.breaker(name, BreakerConfig::new()).clone()),
-            hedge: None,
-        }
-    }
-
-    /// Puts every request behind `breaker` (a clone shares its state).
-    #[must_use]
-    pub fn with_breaker(mut self, breaker: CircuitBreaker) -> Self {
-        self.breaker = Some(breaker);
-        self
-    }
-
-    /// Hedges the requests that may be retried instead of retrying them,
-    /// by the rules of [`Policy::hedge`](crate::retry::hedge) under this
-    /// middleware's policy: after `hedge`'s delay without an answer another
-    /// copy goes out, the first good answer wins, the others are dropped.
-    /// A request sent once (a keyless `POST`, a streaming body) is not
-    /// hedged either.
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use resilience::http::ResilienceMiddleware;
-    /// use resilience::retry::Hedge;
-    /// use resilience::Policy;
-    ///
-    /// let hedge = Hedge::new("search", Duration::from_millis(50), 2)?;
-    /// let middleware = ResilienceMiddleware::new("search", Policy::http()).with_hedge(hedge);
-    /// assert_eq!(middleware.hedge(), Some(hedge));
-    /// # Ok::<(), resilience::ConfigError>(())
-    /// ```
-    #[must_use]
-    pub fn with_hedge(mut self, hedge: Hedge) -> Self {
-        self.hedge = Some(hedge);
-        self
-    }
-
-    /// The hedge given to [`with_hedge`](Self::with_hedge).
-    pub fn hedge(&self) -> Option<Hedge> {
-        self.hedge
-    }
-
-    /// The breaker given to [`with_breaker`](Self::with_breaker).
-    pub fn breaker(&self) -> Option<&CircuitBreaker> {
-        self.breaker.as_ref()
-    }
-
-    /// The name given to [`new`](Self::new).
-    pub fn name(&self) -> &'static str {
-        self.name
-    }
-
-    /// The retry policy applied to each request.
-    pub fn policy(&self) -> &Policy {
-        &self.policy
-    }
-}
+crate::http_rules::layer_builder!(
+    ResilienceMiddleware,
+    "resilience::http::ResilienceMiddleware",
+    "middleware"
+);
 
 /// Why `request` goes out once under a policy that allows retries, or
 /// `None` when it may be retried (the rules every HTTP layer shares).

@@ -63,11 +63,10 @@ use http::{Request, Response};
 use tower_layer::Layer;
 use tower_service::Service;
 
-use crate::breaker::{BreakerConfig, CircuitBreaker};
+use crate::breaker::CircuitBreaker;
 use crate::error::Error;
 use crate::http_rules;
-use crate::registry::Registry;
-use crate::retry::{Classify, Event, Hedge, HttpStatus, Policy, PolicyBuilder, Reason, Verdict};
+use crate::retry::{Classify, Event, Hedge, HttpStatus, Policy, Reason, Verdict};
 
 pub use crate::http_rules::RetryOverride;
 
@@ -101,99 +100,11 @@ pub struct ResilienceLayer {
     hedge: Option<Hedge>,
 }
 
-impl ResilienceLayer {
-    /// A layer named `name` (in logs) that applies `policy`.
-    pub fn new(name: &'static str, policy: Policy) -> Self {
-        Self {
-            name,
-            policy,
-            breaker: None,
-            hedge: None,
-        }
-    }
-
-    /// The policy and the breaker named `name` in the process-wide
-    /// [`registry`](crate::registry::global): what the config file or the
-    /// code registered for `name`, else the HTTP defaults. The breaker is
-    /// the one every `#[circuit_breaker(name = ...)]` of the same name
-    /// shares. A name that only layers use (no attribute carries it) is
-    /// declared in the builder
-    /// ([`RegistryBuilder::breaker`](crate::registry::RegistryBuilder::breaker),
-    /// [`RegistryBuilder::policy`](crate::registry::RegistryBuilder::policy))
-    /// for `install()` to accept its sections of the config file.
-    ///
-    /// ```
-    /// use resilience::tower::ResilienceLayer;
-    ///
-    /// let layer = ResilienceLayer::named("inventory");
-    /// assert_eq!(layer.breaker().unwrap().name(), "inventory");
-    /// ```
-    pub fn named(name: &'static str) -> Self {
-        Self::from_registry(crate::registry::global(), name)
-    }
-
-    /// Like [`named`](Self::named), from `registry`.
-    pub fn from_registry(registry: &Registry, name: &'static str) -> Self {
-        Self {
-            name,
-            policy: registry.policy(name, PolicyBuilder::http()),
-            breaker: Some(registry.breaker(name, BreakerConfig::new()).clone()),
-            hedge: None,
-        }
-    }
-
-    /// Puts every request behind `breaker` (a clone shares its state).
-    #[must_use]
-    pub fn with_breaker(mut self, breaker: CircuitBreaker) -> Self {
-        self.breaker = Some(breaker);
-        self
-    }
-
-    /// Hedges the requests that may be retried instead of retrying them:
-    /// after `hedge`'s delay without an answer another copy goes out
-    /// beside the first, the first good answer wins and the others are
-    /// dropped (the rules of [`Policy::hedge`](crate::retry::hedge), under
-    /// this layer's policy's `max_elapsed` and budget). A request sent
-    /// once (a keyless `POST`, [`RetryOverride::Never`]) is not hedged
-    /// either.
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use resilience::retry::Hedge;
-    /// use resilience::tower::ResilienceLayer;
-    /// use resilience::Policy;
-    ///
-    /// let hedge = Hedge::new("search", Duration::from_millis(50), 2)?;
-    /// let layer = ResilienceLayer::new("search", Policy::http()).with_hedge(hedge);
-    /// assert_eq!(layer.hedge(), Some(hedge));
-    /// # Ok::<(), resilience::ConfigError>(())
-    /// ```
-    #[must_use]
-    pub fn with_hedge(mut self, hedge: Hedge) -> Self {
-        self.hedge = Some(hedge);
-        self
-    }
-
-    /// The hedge given to [`with_hedge`](Self::with_hedge).
-    pub fn hedge(&self) -> Option<Hedge> {
-        self.hedge
-    }
-
-    /// The breaker, when there is one.
-    pub fn breaker(&self) -> Option<&CircuitBreaker> {
-        self.breaker.as_ref()
-    }
-
-    /// The name given to [`new`](Self::new).
-    pub fn name(&self) -> &'static str {
-        self.name
-    }
-
-    /// The retry policy applied to each request.
-    pub fn policy(&self) -> &Policy {
-        &self.policy
-    }
-}
+crate::http_rules::layer_builder!(
+    ResilienceLayer,
+    "resilience::tower::ResilienceLayer",
+    "layer"
+);
 
 impl<S> Layer<S> for ResilienceLayer {
     type Service = Resilient<S>;
