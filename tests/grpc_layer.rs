@@ -13,6 +13,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use resilience::breaker::{BreakerConfig, CircuitBreaker, State as BreakerState};
+use resilience::retry::Hedge;
 use resilience::tower::{GrpcResilient, ResilienceLayer};
 use resilience::{Error, Policy};
 use resilience_chaos::{Proxy, Toxic, Toxics};
@@ -49,6 +50,8 @@ const CREATE: &str = "/users.Users/CreateUser";
 struct Backend {
     get_calls: AtomicU32,
     get_script: Mutex<VecDeque<Code>>,
+    /// How long each `GetUser` call hangs before answering, in turn.
+    get_hangs: Mutex<VecDeque<Duration>>,
     create_calls: AtomicU32,
     create_script: Mutex<VecDeque<Code>>,
     created: Mutex<Vec<String>>,
@@ -77,6 +80,10 @@ impl tonic::server::UnaryService<GetUser> for GetSvc {
         let backend = Arc::clone(&self.0);
         Box::pin(async move {
             backend.get_calls.fetch_add(1, Ordering::SeqCst);
+            let hang = backend.get_hangs.lock().unwrap().pop_front();
+            if let Some(hang) = hang {
+                tokio::time::sleep(hang).await;
+            }
             if let Some(status) = scripted(&backend.get_script) {
                 return Err(status);
             }
@@ -152,14 +159,23 @@ async fn serve(backend: Arc<Backend>) -> SocketAddr {
     addr
 }
 
-/// Retries 10 ms apart, at most 3 attempts; a breaker that judges after 2
-/// calls.
+/// Retries 10 ms apart, at most 3 attempts within 300 ms; a breaker that
+/// judges after 2 calls.
 fn client(addr: SocketAddr, name: &'static str) -> (GrpcResilient<Channel>, CircuitBreaker) {
+    client_with(addr, name, None)
+}
+
+fn client_with(
+    addr: SocketAddr,
+    name: &'static str,
+    hedge: Option<Hedge>,
+) -> (GrpcResilient<Channel>, CircuitBreaker) {
     let channel = Channel::from_shared(format!("http://{addr}"))
         .unwrap()
         .connect_lazy();
     let policy = Policy::builder()
         .with_initial(Duration::from_millis(10))
+        .with_max_elapsed(Duration::from_millis(300))
         .build()
         .unwrap();
     let breaker = CircuitBreaker::new(
@@ -169,11 +185,11 @@ fn client(addr: SocketAddr, name: &'static str) -> (GrpcResilient<Channel>, Circ
             .with_cooldown(Duration::from_secs(60)),
     )
     .unwrap();
-    let layer = ResilienceLayer::new(name, policy)
-        .with_breaker(breaker.clone())
-        .grpc()
-        .idempotent([GET])
-        .unwrap();
+    let mut layer = ResilienceLayer::new(name, policy).with_breaker(breaker.clone());
+    if let Some(hedge) = hedge {
+        layer = layer.with_hedge(hedge);
+    }
+    let layer = layer.grpc().idempotent([GET]).unwrap();
     (layer.layer(channel), breaker)
 }
 
@@ -326,4 +342,73 @@ async fn connections_reset_before_the_server_are_retried_and_nothing_is_applied_
     assert_ne!(status.code(), Code::Ok);
     assert_eq!(backend.create_calls.load(Ordering::SeqCst), 1);
     assert_eq!(*backend.created.lock().unwrap(), ["eve"]);
+}
+
+#[tokio::test]
+async fn a_hung_server_is_cut_at_max_elapsed_and_the_caller_gets_deadline_exceeded() {
+    let backend = Arc::new(Backend::default());
+    backend
+        .get_hangs
+        .lock()
+        .unwrap()
+        .push_back(Duration::from_secs(10));
+    let (channel, breaker) = client(serve(Arc::clone(&backend)).await, "grpc-hung");
+
+    let started = std::time::Instant::now();
+    let status = get_user(&channel, 9).await.unwrap_err();
+    let took = started.elapsed();
+    assert_eq!(status.code(), Code::DeadlineExceeded, "{status:?}");
+    let source = std::error::Error::source(&status).expect("the runtime's error");
+    assert!(
+        source
+            .downcast_ref::<Error>()
+            .is_some_and(|err| matches!(err, Error::BudgetExhausted { attempts: 1, .. })),
+        "{source:?}"
+    );
+    // Cut at the chain's 300 ms, not the server's 10 s; one request sent.
+    assert!(
+        took >= Duration::from_millis(300) && took < Duration::from_secs(5),
+        "{took:?}"
+    );
+    assert_eq!(backend.get_calls.load(Ordering::SeqCst), 1);
+    // A hung call is a failure for the breaker.
+    let snapshot = breaker.snapshot();
+    assert_eq!((snapshot.calls, snapshot.failures), (1, 1));
+}
+
+#[tokio::test]
+async fn a_hedged_idempotent_method_is_answered_by_the_second_copy() {
+    let backend = Arc::new(Backend::default());
+    // The first call hangs for 10 s, longer than the chain's 300 ms; the
+    // hedge sent after 50 ms answers at once.
+    backend
+        .get_hangs
+        .lock()
+        .unwrap()
+        .push_back(Duration::from_secs(10));
+    let hedge = Hedge::new("grpc-hedged", Duration::from_millis(50), 2).unwrap();
+    let addr = serve(Arc::clone(&backend)).await;
+    let (channel, _) = client_with(addr, "grpc-hedged", Some(hedge));
+
+    let started = std::time::Instant::now();
+    let user = get_user(&channel, 5).await.unwrap();
+    assert_eq!(user.id, 5);
+    assert!(
+        started.elapsed() < Duration::from_millis(300),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(backend.get_calls.load(Ordering::SeqCst), 2);
+
+    // A method not declared idempotent is neither retried nor hedged.
+    backend
+        .create_script
+        .lock()
+        .unwrap()
+        .push_back(Code::Unavailable);
+    assert_eq!(
+        create_user(&channel, "kay").await.unwrap_err().code(),
+        Code::Unavailable
+    );
+    assert_eq!(backend.create_calls.load(Ordering::SeqCst), 1);
 }
