@@ -863,25 +863,6 @@ pub fn admit_member(member: &Member) -> Result<Permit<'_>, DependencyDown> {
     member.breaker.try_acquire()
 }
 
-/// A site whose calls may be answered by a fallback: what its WARN event
-/// and its counter need.
-pub trait FallbackSite: Sync {
-    /// The breaker's (or family's) name.
-    fn name(&self) -> &'static str;
-    /// Counts one call answered by the fallback.
-    fn fell_back(&self);
-}
-
-impl<C: SiteKind> FallbackSite for BreakerSite<C> {
-    fn name(&self) -> &'static str {
-        self.name
-    }
-
-    fn fell_back(&self) {
-        self.fallbacks.fetch_add(1, Ordering::Relaxed);
-    }
-}
-
 /// One call through the site's breaker, for a fn without `#[retry]`.
 #[inline]
 ///
@@ -947,7 +928,7 @@ pub enum Answer<T, E> {
 /// the call to the fallback, logged at WARN and counted. The breaker
 /// counts the same outcome.
 pub fn settle_or_fallback<T, E>(
-    site: &'static impl FallbackSite,
+    site: &'static BreakerSite<impl SiteKind>,
     permit: Permit<'_>,
     result: Result<T, E>,
 ) -> Answer<T, E>
@@ -961,9 +942,9 @@ where
     permit.settle(outcome);
     match result {
         Err(error) if outcome == Outcome::Failure => {
-            site.fell_back();
+            site.fallbacks.fetch_add(1, Ordering::Relaxed);
             tracing::warn!(
-                breaker = site.name(),
+                breaker = site.name,
                 reason = error.reason().map_or("unknown", |reason| reason.as_str()),
                 "call failed: the fallback answers"
             );
@@ -977,13 +958,13 @@ where
 /// answers, handed the rejection as the caller's error, logged at WARN and
 /// counted.
 pub fn rejected<T, E: FromRuntimeError>(
-    site: &'static impl FallbackSite,
+    site: &'static BreakerSite<impl SiteKind>,
     down: DependencyDown,
 ) -> Answer<T, E> {
     rejected_call(down);
-    site.fell_back();
+    site.fallbacks.fetch_add(1, Ordering::Relaxed);
     tracing::warn!(
-        breaker = site.name(),
+        breaker = site.name,
         state = down.state(),
         "dependency down: the fallback answers"
     );
@@ -993,8 +974,8 @@ pub fn rejected<T, E: FromRuntimeError>(
 /// Counts the fallback fn's `answer` in `http_client_fallbacks_total`,
 /// by what it is (see [`FallbackKind`]), and logs it at WARN.
 #[inline]
-pub fn fell_back(site: &'static impl FallbackSite, kind: Fallback) {
-    telemetry::fallback(Labels::of(site.name()), kind);
+pub fn fell_back(site: &'static BreakerSite<impl SiteKind>, kind: Fallback) {
+    telemetry::fallback(Labels::of(site.name), kind);
 }
 
 pub use resilience_runtime::fallback::FallbackKind;

@@ -88,7 +88,7 @@ pub(crate) fn expand(plan: Plan<'_>) -> TokenStream {
     {
         // An argument read only by the key is still copied for each
         // attempt, like every by-value argument: that copy is not unused.
-        if params.per_attempt.iter().any(|line| copies(line, root)) {
+        if params.copied.contains(root) {
             params.per_attempt.push(quote!(let _ = &#root;));
         }
     }
@@ -446,14 +446,6 @@ fn breaker_config(args: &BreakerArgs) -> TokenStream {
         config.extend(quote!(.with_slow_call(#threshold, #ratio)));
     }
     config
-}
-
-/// Whether `line`, of [`Params::per_attempt`], binds `name`.
-fn copies(line: &TokenStream, name: &syn::Ident) -> bool {
-    line.clone()
-        .into_iter()
-        .take(3)
-        .any(|token| matches!(token, TokenTree::Ident(ident) if ident == *name))
 }
 
 /// The family of a keyed breaker: the members' `config` and the family's

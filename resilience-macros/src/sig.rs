@@ -16,6 +16,8 @@ pub(crate) struct Params {
     /// `let x = clone_arg(&x);` for each by-value parameter, run at the
     /// start of every attempt.
     pub(crate) per_attempt: Vec<TokenStream>,
+    /// The named by-value parameters `per_attempt` copies.
+    pub(crate) copied: Vec<syn::Ident>,
     /// The arguments to pass on to a fallback: `self, id, …`.
     pub(crate) forward: Vec<TokenStream>,
     /// A parameter carries an idempotency key (by type or by
@@ -34,6 +36,7 @@ pub(crate) struct Params {
 pub(crate) fn params(sig: &mut Signature, copies: bool) -> Params {
     let mut params = Params {
         per_attempt: Vec::new(),
+        copied: Vec::new(),
         forward: Vec::new(),
         has_idempotency_key: false,
         self_by_value: false,
@@ -74,6 +77,7 @@ pub(crate) fn params(sig: &mut Signature, copies: bool) -> Params {
                             params
                                 .per_attempt
                                 .push(quote!(let #mutability #name = #clone;));
+                            params.copied.push(name);
                         }
                     }
                     pat => {

@@ -125,6 +125,23 @@ mod tests {
     }
 }
 
+/// `call` through `breaker` when there is one: what every HTTP layer's
+/// logical call goes through.
+#[cfg(any(feature = "reqwest-middleware", feature = "tower"))]
+pub(crate) async fn through<F, T, E>(
+    breaker: Option<&crate::breaker::CircuitBreaker>,
+    call: F,
+) -> Result<T, E>
+where
+    F: std::future::Future<Output = Result<T, E>>,
+    E: crate::retry::Classify + crate::retry::FromRuntimeError,
+{
+    match breaker {
+        Some(breaker) => breaker.call(call).await,
+        None => call.await,
+    }
+}
+
 /// The builder every HTTP client integration shares (the reqwest
 /// middleware, the tower layer): a name, a policy, an optional breaker and
 /// an optional hedge, for a struct `$ty` with those four fields; `$path`

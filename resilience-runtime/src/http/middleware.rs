@@ -167,10 +167,7 @@ impl Middleware for ResilienceMiddleware {
                 );
             }
             let once = async { judge(next.run(request, extensions).await) };
-            return settle(match &self.breaker {
-                Some(breaker) => breaker.call(once).await,
-                None => once.await,
-            });
+            return settle(http_rules::through(self.breaker.as_ref(), once).await);
         }
         let name = self.name;
         let (template, shared) = (&request, &*extensions);
@@ -196,10 +193,7 @@ impl Middleware for ResilienceMiddleware {
         let outcome = match self.hedge {
             Some(hedge) => {
                 let hedged = self.policy.hedge(hedge, attempt);
-                match &self.breaker {
-                    Some(breaker) => breaker.call(hedged).await,
-                    None => hedged.await,
-                }
+                http_rules::through(self.breaker.as_ref(), hedged).await
             }
             None => {
                 let chain = self.policy.retry(attempt).notify(|event: &Event<'_, Attempt>| {
@@ -207,10 +201,7 @@ impl Middleware for ResilienceMiddleware {
                         tracing::debug!(target: "resilience::http", name, attempt, ?delay, "retrying request");
                     }
                 });
-                match &self.breaker {
-                    Some(breaker) => breaker.call(chain).await,
-                    None => chain.await,
-                }
+                http_rules::through(self.breaker.as_ref(), chain).await
             }
         };
         settle(outcome.map(|(response, used)| {

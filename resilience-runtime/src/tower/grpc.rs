@@ -59,11 +59,14 @@ use std::time::Duration;
 use bytes::{Bytes, BytesMut};
 use http::{HeaderMap, Request, Response};
 use http_body::{Body as _, Frame};
+use http_body_util::Full;
 use tonic::body::Body;
 use tower_layer::Layer;
 use tower_service::Service;
 
-use super::{BoxError, Judged, ResilienceLayer, RetryOverride, Rules, copy_with, take_ready};
+use super::{
+    BoxError, Judged, ResilienceLayer, Resilient, RetryOverride, Rules, copy_with, take_ready,
+};
 use crate::error::{ConfigError, Error};
 use crate::retry::{Reason, Verdict};
 
@@ -157,7 +160,7 @@ impl<S> Layer<S> for GrpcLayer {
     type Service = GrpcResilient<S>;
 
     fn layer(&self, inner: S) -> GrpcResilient<S> {
-        GrpcResilient {
+        Resilient {
             inner,
             layer: self.clone(),
         }
@@ -165,18 +168,7 @@ impl<S> Layer<S> for GrpcLayer {
 }
 
 /// The [`Service`] a [`GrpcLayer`] wraps around a tonic channel.
-#[derive(Debug, Clone)]
-pub struct GrpcResilient<S> {
-    inner: S,
-    layer: GrpcLayer,
-}
-
-impl<S> GrpcResilient<S> {
-    /// The wrapped channel.
-    pub fn get_ref(&self) -> &S {
-        &self.inner
-    }
-}
+pub type GrpcResilient<S> = Resilient<S, GrpcLayer>;
 
 impl<S, RB> Service<Request<Body>> for GrpcResilient<S>
 where
@@ -240,7 +232,7 @@ impl GrpcLayer {
             Buffered::Whole(bytes) => {
                 let template = Request::from_parts(parts, ());
                 let replay = move |template: &Request<()>| {
-                    copy_with(template, Body::new(Whole(Some(bytes.clone()))))
+                    copy_with(template, Body::new(Full::new(bytes.clone())))
                 };
                 layer
                     .send_retried(ready, template, replay, Rules::Grpc)
@@ -297,30 +289,15 @@ fn buffer(mut body: Body) -> Buffered {
             Poll::Pending => return Buffered::Streaming(ReadAhead::then(read, Then::Rest(body))),
         }
     }
+    // A unary call's body is one frame: kept as it is, not copied.
+    if read.len() == 1 {
+        return Buffered::Whole(read.pop_front().unwrap_or_default());
+    }
     let mut whole = BytesMut::with_capacity(len);
     for chunk in read {
         whole.extend_from_slice(&chunk);
     }
     Buffered::Whole(whole.freeze())
-}
-
-/// A buffered body, sent again for one attempt.
-struct Whole(Option<Bytes>);
-
-impl http_body::Body for Whole {
-    type Data = Bytes;
-    type Error = std::convert::Infallible;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        _: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
-        Poll::Ready(self.0.take().map(|data| Ok(Frame::data(data))))
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.0.is_none()
-    }
 }
 
 /// What was read of a body ahead of sending it, then what came after.
@@ -429,7 +406,7 @@ mod tests {
 
     #[test]
     fn a_ready_body_is_buffered_and_a_pending_one_is_passed_on_whole() {
-        let body = Body::new(Whole(Some(Bytes::from_static(b"\0\0\0\0\x02hi"))));
+        let body = Body::new(Full::new(Bytes::from_static(b"\0\0\0\0\x02hi")));
         assert!(matches!(buffer(body), Buffered::Whole(bytes) if &bytes[..] == b"\0\0\0\0\x02hi"));
 
         struct Later(u8);

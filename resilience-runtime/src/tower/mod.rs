@@ -117,14 +117,15 @@ impl<S> Layer<S> for ResilienceLayer {
     }
 }
 
-/// The [`Service`] a [`ResilienceLayer`] wraps around a client.
+/// The [`Service`] a [`ResilienceLayer`] (or, for a tonic channel, a
+/// `GrpcLayer`) wraps around a client.
 #[derive(Debug, Clone)]
-pub struct Resilient<S> {
+pub struct Resilient<S, L = ResilienceLayer> {
     inner: S,
-    layer: ResilienceLayer,
+    layer: L,
 }
 
-impl<S> Resilient<S> {
+impl<S, L> Resilient<S, L> {
     /// The wrapped client.
     pub fn get_ref(&self) -> &S {
         &self.inner
@@ -321,10 +322,7 @@ impl ResilienceLayer {
         S::Error: Into<BoxError>,
     {
         let once = async { judge(rules, ready.call(request).await) };
-        settle(match &self.breaker {
-            Some(breaker) => breaker.call(once).await,
-            None => once.await,
-        })
+        settle(http_rules::through(self.breaker.as_ref(), once).await)
     }
 
     /// The retry chain (or the hedged call), through the breaker: each
@@ -357,10 +355,7 @@ impl ResilienceLayer {
         };
         if let Some(hedge) = self.hedge {
             let hedged = self.policy.hedge(hedge, attempt);
-            return settle(match &self.breaker {
-                Some(breaker) => breaker.call(hedged).await,
-                None => hedged.await,
-            });
+            return settle(http_rules::through(self.breaker.as_ref(), hedged).await);
         }
         let chain = self.policy.retry(attempt).notify(
             |event: &Event<'_, Attempt<RB, S::Error>>| {
@@ -369,9 +364,6 @@ impl ResilienceLayer {
                 }
             },
         );
-        settle(match &self.breaker {
-            Some(breaker) => breaker.call(chain).await,
-            None => chain.await,
-        })
+        settle(http_rules::through(self.breaker.as_ref(), chain).await)
     }
 }
