@@ -428,3 +428,103 @@ async fn redis_hung_mid_run_fails_closed_and_recovers() {
     let figures = outage_run(Outage::Hung, outage_length()).await;
     assert_outage(&figures);
 }
+
+// ---------------------------------------------------------------------------
+// 3. The Redis recipe of `clients_that_retry`, with its Redis killed
+// ---------------------------------------------------------------------------
+
+/// Attempts of `get_session`, for the test to count.
+static SESSION_ATTEMPTS: AtomicU64 = AtomicU64::new(0);
+
+/// The recipe's `connect`, as the docs write it.
+async fn connect(url: &str) -> redis::RedisResult<redis::aio::ConnectionManager> {
+    let config = redis::aio::ConnectionManagerConfig::new()
+        .set_number_of_retries(1)
+        .set_max_delay(Duration::from_millis(100))
+        .set_connection_timeout(Some(Duration::from_millis(250)))
+        .set_response_timeout(Some(Duration::from_millis(250)));
+    redis::aio::ConnectionManager::new_with_config(redis::Client::open(url)?, config).await
+}
+
+/// The recipe's `get_session`, as the docs write it, with one line more
+/// that counts its attempts.
+#[resilience::circuit_breaker(name = "sessions", preset = "critical")]
+#[resilience::retry(
+    max = 3,
+    initial = "50ms",
+    attempt_timeout = "500ms",
+    max_elapsed = "2s"
+)]
+async fn get_session(
+    mut redis: redis::aio::ConnectionManager,
+    id: String,
+) -> Result<Option<String>, std::io::Error> {
+    SESSION_ATTEMPTS.fetch_add(1, Ordering::SeqCst);
+    redis::cmd("GET")
+        .arg(format!("session:{id}"))
+        .query_async(&mut redis)
+        .await
+        .map_err(std::io::Error::other)
+}
+
+/// The docs' recipe against a real Redis killed by its PID: the Redis
+/// errors it carries in `io::Error::other` are retried (3 attempts a call)
+/// and count as failures, so the breaker opens after the critical preset's
+/// 10 calls and the next call never reaches the client. Before, they were
+/// permanent successes: one attempt each, and the breaker never opened.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "starts its own redis-server (apt-get install redis-server)"]
+async fn the_redis_recipe_retries_and_opens_when_redis_dies() {
+    let mut server = RedisChild::start(free_port());
+    let redis = connect(&server.url()).await.unwrap();
+    let mut setter = redis.clone();
+    let () = redis::cmd("SET")
+        .arg("session:1")
+        .arg("alice")
+        .query_async(&mut setter)
+        .await
+        .unwrap();
+    let got = get_session(redis.clone(), "1".into()).await.unwrap();
+    assert_eq!(got.as_deref(), Some("alice"));
+    assert_eq!(SESSION_ATTEMPTS.swap(0, Ordering::SeqCst), 1);
+
+    server.kill();
+    let started = Instant::now();
+    for call in 1..=10 {
+        let err = get_session(redis.clone(), "1".into()).await.unwrap_err();
+        assert!(
+            !matches!(
+                err.get_ref()
+                    .and_then(|e| e.downcast_ref::<resilience::Error>()),
+                Some(resilience::Error::DependencyDown(_))
+            ),
+            "call {call} was rejected: {err}"
+        );
+        assert_eq!(
+            SESSION_ATTEMPTS.swap(0, Ordering::SeqCst),
+            3,
+            "call {call}: every attempt of a dead Redis is retried ({err})"
+        );
+    }
+    let breaker = resilience::registry::global()
+        .find_breaker("sessions")
+        .unwrap();
+    assert_eq!(breaker.state(), resilience::breaker::State::Open);
+    let err = get_session(redis.clone(), "1".into()).await.unwrap_err();
+    let down = err
+        .get_ref()
+        .and_then(|e| e.downcast_ref::<resilience::Error>());
+    assert!(
+        matches!(down, Some(resilience::Error::DependencyDown(d)) if d.breaker() == "sessions"),
+        "{err:?}"
+    );
+    assert_eq!(
+        SESSION_ATTEMPTS.load(Ordering::SeqCst),
+        0,
+        "rejected at once"
+    );
+    println!(
+        "redis recipe, redis killed: 10 calls × 3 attempts in {:?}, then the breaker open",
+        started.elapsed()
+    );
+}

@@ -112,10 +112,13 @@ fn every_key_gives_its_verdict_reason_and_outcome() {
             Outcome::Failure,
         ),
         (
+            // Not retried, but a failure for the breaker: an `io::Error`
+            // cannot say that the dependency answered (gobreaker counts
+            // every error), and the source's outcome is forwarded.
             ApiError::Io(io(std::io::ErrorKind::NotFound)),
             Verdict::Permanent,
-            None,
-            Outcome::Success,
+            Some(Reason::Network),
+            Outcome::Failure,
         ),
         (
             ApiError::PoolBusy,

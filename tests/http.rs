@@ -304,3 +304,95 @@ async fn reqwest_errors_follow_the_table() {
     let ok = client.get(server.url("/s")).send().await.unwrap();
     assert_eq!(ok.verdict(), Verdict::Permanent);
 }
+
+/// The error of the hanging-server fns: an HTTP error, or the runtime's.
+#[derive(Debug, thiserror::Error, resilience::Classify)]
+enum HangError {
+    #[error(transparent)]
+    #[classify(source)]
+    Http(#[from] HttpError),
+    #[error(transparent)]
+    #[classify(runtime)]
+    Resilience(resilience::Error),
+}
+
+#[resilience::circuit_breaker(name = "hangs-forever", min = 2, call_timeout = "2s")]
+async fn get_hanging(client: &reqwest::Client, url: &str) -> Result<String, HangError> {
+    Ok(client
+        .get(url)
+        .send()
+        .await
+        .map_err(HttpError::from)?
+        .text()
+        .await
+        .map_err(HttpError::from)?)
+}
+
+#[resilience::circuit_breaker(
+    name = "hangs-forever-fallback",
+    min = 2,
+    call_timeout = "2s",
+    fallback = hanging_fallback
+)]
+async fn get_hanging_or_fallback(client: &reqwest::Client, url: &str) -> Result<String, HangError> {
+    Ok(client
+        .get(url)
+        .send()
+        .await
+        .map_err(HttpError::from)?
+        .text()
+        .await
+        .map_err(HttpError::from)?)
+}
+
+async fn hanging_fallback(
+    _: &reqwest::Client,
+    _: &str,
+    error: HangError,
+) -> Result<String, HangError> {
+    Err(error)
+}
+
+/// A `#[circuit_breaker]` fn alone, with no deadline in scope, against a
+/// server that never answers: each call is cut at `call_timeout` and
+/// counts as a failure, so the breaker opens after `min` calls and the
+/// next call never leaves. Before, the caller waited forever and the
+/// breaker never heard of it. The same with a `fallback =`.
+#[tokio::test(start_paused = true)]
+async fn a_breaker_alone_cuts_a_server_that_never_answers_and_opens() {
+    let server = FaultServer::start().await.unwrap();
+    let client = reqwest::Client::new();
+    for (path, fallback) in [("/hangs", false), ("/hangs-fallback", true)] {
+        let url = server.url(path);
+        server.script(path, vec![Reply::Slow(Duration::from_secs(24 * 3600)); 3]);
+        let call = || async {
+            if fallback {
+                get_hanging_or_fallback(&client, &url).await
+            } else {
+                get_hanging(&client, &url).await
+            }
+        };
+        for _ in 0..2 {
+            let started = tokio::time::Instant::now();
+            let err = call().await.unwrap_err();
+            assert_eq!(started.elapsed(), Duration::from_secs(2), "{path}");
+            assert!(
+                matches!(err, HangError::Resilience(resilience::Error::AttemptTimeout(t)) if t == Duration::from_secs(2)),
+                "{path}: {err:?}"
+            );
+        }
+        let err = call().await.unwrap_err();
+        assert!(
+            matches!(
+                err,
+                HangError::Resilience(resilience::Error::DependencyDown(_))
+            ),
+            "{path}: {err:?}"
+        );
+        assert_eq!(
+            server.requests_to(path).len(),
+            2,
+            "{path}: the third never left"
+        );
+    }
+}

@@ -252,3 +252,27 @@ async fn the_budget_named_in_the_attribute_caps_the_retries() {
     let budget = resilience::registry::global().budget("macros-retry-budget");
     assert_eq!(budget.balance(), 0);
 }
+
+#[retry(max = 3, initial = "100ms")]
+async fn get_busy(at: &std::sync::Mutex<Vec<tokio::time::Instant>>) -> Result<(), ClientError> {
+    at.lock().unwrap().push(tokio::time::Instant::now());
+    tokio::task::yield_now().await;
+    Err(ClientError::Status(503))
+}
+
+/// `seed_jitter` makes the pauses of an annotated fn the same on every
+/// run, and another seed draws others.
+#[tokio::test(start_paused = true)]
+async fn a_seed_makes_the_pauses_of_an_attribute_repeatable() {
+    async fn pauses(seed: u64) -> Vec<Duration> {
+        let _seed = resilience::retry::seed_jitter(seed);
+        let at = std::sync::Mutex::new(Vec::new());
+        assert!(get_busy(&at).await.is_err());
+        let at = at.into_inner().unwrap();
+        at.windows(2).map(|w| w[1] - w[0]).collect()
+    }
+    let first = pauses(42).await;
+    assert_eq!(first.len(), 2);
+    assert_eq!(first, pauses(42).await);
+    assert_ne!(first, pauses(43).await);
+}

@@ -64,6 +64,7 @@ pub(crate) struct BreakerArgs {
     pub(crate) cooldown: Option<Arg<Duration>>,
     pub(crate) half_open: Option<Arg<u32>>,
     pub(crate) probe_timeout: Option<Arg<Duration>>,
+    pub(crate) call_timeout: Option<Arg<Duration>>,
     pub(crate) slow_call: Option<Arg<SlowCall>>,
     pub(crate) preset: Option<Arg<BreakerPreset>>,
     pub(crate) fallback: Option<Arg<syn::Path>>,
@@ -158,6 +159,7 @@ const BREAKER_KEYS: &[&str] = &[
     "cooldown",
     "half_open",
     "probe_timeout",
+    "call_timeout",
     "slow_call",
     "preset",
     "fallback",
@@ -262,6 +264,7 @@ pub(crate) fn parse_breaker(tokens: TokenStream, errors: &mut Errors) -> Breaker
                 count(v, "half_open")
             }),
             "probe_timeout" => one(&mut args.probe_timeout, &meta, errors, duration_value),
+            "call_timeout" => one(&mut args.call_timeout, &meta, errors, duration_value),
             "slow_call" => slow_call(&mut args.slow_call, &meta, errors),
             "preset" => one(&mut args.preset, &meta, errors, |v| {
                 choice(

@@ -184,9 +184,11 @@ pub(crate) fn expand(plan: Plan<'_>) -> TokenStream {
         // The breaker is asked inline, at the first poll: its permit lives
         // in the fn's own future, and dropping the call drops the permit,
         // which counts nothing (a cancelled call).
+        // Without a chain, the breaker's cut bounds the call (the caller's
+        // deadline, the call or probe timeout); with one, `max_elapsed`.
         let inner = match retry {
             Some(_) => quote!({ #body }),
-            None => quote!(#attempt.await),
+            None => quote!(__resilience_permit.bound(#attempt).await),
         };
         let (site, admit, alone) = match &args.key {
             None => (
@@ -438,6 +440,10 @@ fn breaker_config(args: &BreakerArgs) -> TokenStream {
     if let Some(timeout) = &args.probe_timeout {
         let timeout = duration(timeout.get());
         config.extend(quote!(.with_probe_timeout(#timeout)));
+    }
+    if let Some(timeout) = &args.call_timeout {
+        let timeout = duration(timeout.get());
+        config.extend(quote!(.with_call_timeout(#timeout)));
     }
     if let Some(slow) = &args.slow_call {
         let slow = slow.get();

@@ -228,6 +228,13 @@ pub(crate) fn breaker(args: &BreakerArgs, errors: &mut Errors) {
             "a half-open probe gets that long to answer before it counts as failed",
             "5s",
         ),
+        (
+            &args.call_timeout,
+            "call_timeout",
+            Duration::from_millis(1),
+            "a call gets that long to answer before it is cut and counts as failed",
+            "30s",
+        ),
     ];
     for (arg, key, floor, why, default) in floors {
         if let Some(arg) = arg {

@@ -11,7 +11,8 @@ pub enum Window {
     /// the window one bucket (a tenth of the window) at a time, so old
     /// failures age out smoothly rather than all at once.
     Time(Duration),
-    /// The last `n` calls, in ten buckets of `n / 10` calls (rounded up).
+    /// Exactly the last `n` calls: a failure leaves the window `n` calls
+    /// after it was made.
     Count(u32),
 }
 
@@ -140,6 +141,7 @@ pub struct BreakerConfig {
     half_open: u32,
     slow_call: Option<SlowCall>,
     probe_timeout: Duration,
+    call_timeout: Duration,
     sharing: Option<Sharing>,
 }
 
@@ -169,6 +171,7 @@ impl BreakerConfig {
             half_open: 1,
             slow_call: None,
             probe_timeout: Duration::from_secs(5),
+            call_timeout: Duration::from_secs(30),
             sharing: None,
         }
     }
@@ -239,6 +242,32 @@ impl BreakerConfig {
         self
     }
 
+    /// How long a call through [`CircuitBreaker::call`](super::CircuitBreaker::call)
+    /// may run before it is cut, handed [`Error::AttemptTimeout`](crate::Error::AttemptTimeout)
+    /// and counted as a failure (`call_timeout`): a dependency that hangs
+    /// for good must open the breaker and free its caller, even where no
+    /// deadline is in scope.
+    ///
+    /// It applies to `#[circuit_breaker]` without `#[retry]` too; with
+    /// `#[retry]` inside, the chain's `max_elapsed` bounds the call
+    /// instead. Around a retry chain of your own, make it longer than the
+    /// chain's `max_elapsed`. The default, 30 s, is the handler deadline of
+    /// [the guide](crate::guide#deadlines-and-budgets): no downstream call
+    /// is worth waiting for longer than the request that needs it.
+    ///
+    /// ```
+    /// use resilience::breaker::BreakerConfig;
+    /// use std::time::Duration;
+    ///
+    /// let config = BreakerConfig::new().with_call_timeout(Duration::from_secs(2));
+    /// assert_eq!(config.call_timeout(), Duration::from_secs(2));
+    /// assert_eq!(BreakerConfig::new().call_timeout(), Duration::from_secs(30));
+    /// ```
+    pub const fn with_call_timeout(mut self, timeout: Duration) -> Self {
+        self.call_timeout = timeout;
+        self
+    }
+
     /// Counts calls taking `threshold` or longer as slow, and trips when
     /// slow calls reach `ratio` of the window (`slow_call`, `slow_ratio`).
     pub const fn with_slow_call(mut self, threshold: Duration, ratio: f64) -> Self {
@@ -305,6 +334,12 @@ impl BreakerConfig {
     /// How long a half-open probe may run.
     pub const fn probe_timeout(&self) -> Duration {
         self.probe_timeout
+    }
+
+    /// How long a call through [`CircuitBreaker::call`](super::CircuitBreaker::call)
+    /// may run.
+    pub const fn call_timeout(&self) -> Duration {
+        self.call_timeout
     }
 
     /// Checks every value; the error names the field (as written in the
@@ -380,6 +415,14 @@ impl BreakerConfig {
                 "probe_timeout",
                 format!("{:?}", self.probe_timeout),
                 "a probe needs at least 1ms to answer; the default is 5s",
+            ));
+        }
+        if self.call_timeout < Duration::from_millis(1) {
+            return Err(ConfigError::new(
+                WHAT,
+                "call_timeout",
+                format!("{:?}", self.call_timeout),
+                "a call needs at least 1ms to answer; the default is 30s",
             ));
         }
         if self.half_open == 0 {
@@ -484,7 +527,8 @@ impl BreakerConfig {
             Window::Time(window) => {
                 (window.as_nanos() / BUCKETS as u128).clamp(1, u64::MAX as u128) as u64
             }
-            Window::Count(calls) => u64::from(calls.div_ceil(BUCKETS as u32)).max(1),
+            // A count window has no buckets (see `window::LastCalls`).
+            Window::Count(calls) => u64::from(calls).max(1),
         }
     }
 }
@@ -525,7 +569,10 @@ mod tests {
             preset.validate().unwrap();
         }
         assert_eq!(BreakerConfig::new().bucket_width(), 6_000_000_000);
-        assert_eq!(BreakerConfig::new().with_count_window(25).bucket_width(), 3);
+        assert_eq!(
+            BreakerConfig::new().with_count_window(25).bucket_width(),
+            25
+        );
     }
 
     #[test]
@@ -558,6 +605,11 @@ mod tests {
             (
                 BreakerConfig::new().with_probe_timeout(Duration::ZERO),
                 "probe_timeout",
+                "0ns",
+            ),
+            (
+                BreakerConfig::new().with_call_timeout(Duration::ZERO),
+                "call_timeout",
                 "0ns",
             ),
             (

@@ -50,23 +50,44 @@
 //!
 //! The same classification as retry, read as an [`Outcome`]
 //! ([`Classify::outcome`], or a [`When`] predicate given to
-//! [`CircuitBreaker::call_with`]):
+//! [`CircuitBreaker::call_with`]). Every error is a failure unless its
+//! classification says the dependency answered, or that the call never
+//! reached it:
 //!
-//! - **failure**: a transient error that outlived the retries, a timed-out
-//!   attempt, a chain whose budget or whose caller's deadline ran out with
-//!   an attempt in flight, a probe cut by its `probe_timeout`, a slow call
-//!   under the slow-call rule. A dependency that hangs opens the breaker.
+//! - **failure**: a transient error that outlived the retries, an error
+//!   nobody can classify (an opaque transport error, a driver's error in
+//!   `io::Error::other`), a timed-out attempt, a chain whose budget or
+//!   whose caller's deadline ran out with an attempt in flight, a call cut
+//!   by its `call_timeout` or a probe by its `probe_timeout`, a slow call
+//!   under the slow-call rule, and a call that panicked (the panic goes
+//!   on, as gobreaker lets it). A dependency that hangs opens the breaker.
 //! - **success**: an answer, including a permanent business error (a
 //!   `404`, a unique violation): the dependency is up.
 //! - **ignored**, not counted at all: a call the caller cancelled (its
-//!   future dropped), a call whose deadline had passed before it started.
+//!   future dropped), a call whose deadline had passed before it started,
+//!   and a call whose result comes back after the breaker changed state
+//!   since it was admitted (gobreaker's generations): a late failure of
+//!   the last closed period cannot help trip a fresh one.
 //!
 //! One `call` is one logical call, however many attempts the retry chain
 //! inside it makes (caller → breaker → retry → transport). A call is cut
-//! by the caller's [`deadline`] even without a retry
-//! chain inside, and a half-open probe by its
-//! [`probe_timeout`](BreakerConfig::with_probe_timeout): both count as
-//! failures.
+//! by the caller's [`deadline`] even without a retry chain inside, by its
+//! [`call_timeout`](BreakerConfig::with_call_timeout) (30 s) when no
+//! deadline is in scope, and a half-open probe by its
+//! [`probe_timeout`](BreakerConfig::with_probe_timeout): all count as
+//! failures, so a dependency that never answers opens the breaker and
+//! frees its callers.
+//!
+//! # The window
+//!
+//! A time window ([`Window::Time`]) counts the calls of the last `window`,
+//! in ten buckets: a call leaves it a tenth of the window at a time. A
+//! count window ([`Window::Count`]) holds exactly the last `n` calls, as
+//! resilience4j's does. The thresholds are checked when a call fails or is
+//! slow, never on a success (as gobreaker checks them; resilience4j also
+//! trips on the success that completes `min`). Half-open and closed each
+//! start with an empty window; an open breaker keeps the counts that
+//! tripped it, for the operator.
 //!
 //! # Sharing a breaker across replicas
 //!
@@ -142,6 +163,7 @@ mod sync;
 mod thread_ticker;
 #[cfg(not(loom))]
 mod ticker;
+pub(crate) mod timed;
 pub(crate) mod window;
 
 #[cfg(all(test, loom))]
@@ -164,7 +186,7 @@ use self::state::{
     CLOCK_BITS, CLOSED, FAST, FORCED, HALF_OPEN, KIND, NO_TICKER, OPEN, Probes, THREAD, Word, later,
 };
 use self::sync::{Arc, AtomicU64, Ordering::*, RwLock};
-use self::window::{Counts, SlidingWindow};
+use self::window::{Counts, LastCalls, SlidingWindow};
 use crate::deadline;
 use crate::duration_nanos;
 use crate::error::{ConfigError, DependencyDown, Error};
@@ -276,6 +298,9 @@ struct Inner {
     open_until: AtomicU64,
     probes: AtomicU64,
     window: SlidingWindow,
+    /// The failures of a count window by call number; `None` for a time
+    /// window.
+    last_calls: Option<Box<LastCalls>>,
     origin: Instant,
     hooks: RwLock<Vec<Hook>>,
     /// What the breaker shares with its sync task, when shared.
@@ -283,11 +308,13 @@ struct Inner {
     shared: Option<Arc<shared::Link>>,
 }
 
-/// How a call was let through.
+/// How a call was let through, stamped with the generation of the state
+/// that admitted it: an outcome that comes back after the breaker changed
+/// state counts for nothing (gobreaker's generations).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Admission {
-    /// Counted in the window.
-    Closed,
+    /// Counted in the window of the closed period of this generation.
+    Closed(u32),
     /// A half-open probe of the given generation.
     Probe(u32),
 }
@@ -302,11 +329,13 @@ const PROBE: u64 = 1 << 32;
 /// Set on a live permit under a slow-call rule: its call is timed, so that
 /// the path without one tests a single word when it settles.
 const TIMED: u64 = 1 << 33;
+/// The generation, in the low half of a packed admission.
+const GENERATION: u64 = u32::MAX as u64;
 
 impl Admission {
     const fn pack(self) -> u64 {
         match self {
-            Admission::Closed => 0,
+            Admission::Closed(generation) => generation as u64,
             Admission::Probe(generation) => PROBE | generation as u64,
         }
     }
@@ -314,7 +343,7 @@ impl Admission {
     const fn unpack(word: u64) -> Option<Admission> {
         match word {
             TAKEN | IDLE => None,
-            word if word & !TIMED == 0 => Some(Admission::Closed),
+            word if word & PROBE == 0 => Some(Admission::Closed(word as u32)),
             probe => Some(Admission::Probe(probe as u32)),
         }
     }
@@ -384,6 +413,10 @@ impl CircuitBreaker {
                 open_until: AtomicU64::new(0),
                 probes: AtomicU64::new(0),
                 window: SlidingWindow::new(owned),
+                last_calls: match config.window() {
+                    Window::Count(n) => Some(Box::new(LastCalls::new(n))),
+                    Window::Time(_) => None,
+                },
                 origin: Instant::now(),
                 hooks: RwLock::new(Vec::new()),
                 #[cfg(all(feature = "breaker-redis", not(loom)))]
@@ -487,7 +520,7 @@ impl CircuitBreaker {
     fn admit(&self) -> Result<Admission, DependencyDown> {
         let word = self.inner.state.load(Acquire);
         if word & FAST == 0 {
-            return Ok(Admission::Closed);
+            return Ok(Admission::Closed(Word(word).generation()));
         }
         // Open with no clock needed and no runtime to look for, or forced
         // open: reject at once.
@@ -511,7 +544,7 @@ impl CircuitBreaker {
             let word = Word(inner.state.load(Acquire));
             let generation = word.generation();
             return match word.kind() {
-                CLOSED => Ok(Admission::Closed),
+                CLOSED => Ok(Admission::Closed(generation)),
                 HALF_OPEN if inner.try_probe(generation) => {
                     if Word(inner.state.load(Acquire)).generation() != generation {
                         // That half-open period ended while we took its slot:
@@ -537,15 +570,19 @@ impl CircuitBreaker {
     fn on_outcome(&self, outcome: Fate) {
         match outcome {
             Fate::Done {
-                admission: Admission::Closed,
+                admission: Admission::Closed(generation),
                 failed: false,
                 slow: false,
-            } => self.inner.window.add_success(),
+            } => {
+                if self.inner.generation() == generation {
+                    self.inner.window.add_success();
+                }
+            }
             Fate::Done {
-                admission: Admission::Closed,
+                admission: Admission::Closed(generation),
                 failed,
                 slow,
-            } => self.record_closed(failed, slow),
+            } => self.record_closed(generation, failed, slow),
             Fate::Done {
                 admission: Admission::Probe(generation),
                 failed,
@@ -555,7 +592,7 @@ impl CircuitBreaker {
                 self.inner.settle_probe(generation, None)
             }
             Fate::Rejected => telemetry::breaker_rejected(self.inner.labels),
-            Fate::Cancelled(Admission::Closed) => {}
+            Fate::Cancelled(Admission::Closed(_)) => {}
         }
     }
 
@@ -563,11 +600,11 @@ impl CircuitBreaker {
     /// thread of callers without a runtime, failing inside one, goes to
     /// that runtime's ticker first: its clock may be paused.
     #[cold]
-    fn record_closed(&self, failed: bool, slow: bool) {
+    fn record_closed(&self, generation: u32, failed: bool, slow: bool) {
         if self.inner.state.load(Acquire) & THREAD != 0 {
             self.start_ticker();
         }
-        self.inner.record_closed(failed, slow);
+        self.inner.record_closed(generation, failed, slow);
     }
 
     /// Finds the breaker a ticker: the current runtime's, or outside any
@@ -587,16 +624,16 @@ impl CircuitBreaker {
                 return;
             }
             if thread_ticker::running()
-                && thread_ticker::claim(&self.inner)
-                && !thread_ticker::register(Arc::downgrade(&self.inner))
+                && thread_ticker::claim(&*self.inner)
+                && !thread_ticker::register(Arc::downgrade(&self.inner) as _)
             {
-                thread_ticker::unclaim(&self.inner);
+                thread_ticker::unclaim(&*self.inner);
             }
             return;
         };
         let before = state.fetch_and(!(NO_TICKER | THREAD), AcqRel);
         if before & (NO_TICKER | THREAD) != 0 {
-            ticker::register(&handle, Arc::downgrade(&self.inner));
+            ticker::register(&handle, Arc::downgrade(&self.inner) as _);
             #[cfg(feature = "breaker-redis")]
             shared::start(&self.inner, &handle);
         }
@@ -646,7 +683,7 @@ impl CircuitBreaker {
         let now = inner.now();
         inner.rotate(now, inner.window.totals());
         let word = Word(inner.state.load(Acquire));
-        let counts = inner.window.counts(inner.window.totals());
+        let counts = inner.counts();
         let probes = Probes(inner.probes.load(Acquire));
         let until_half_open = (word.kind() == OPEN && !word.forced())
             .then(|| Duration::from_nanos(inner.open_until.load(Acquire).saturating_sub(now)));
@@ -684,22 +721,23 @@ impl Inner {
         Fleet::Off
     }
 
+    /// The generation of the current state: it changes with every
+    /// transition.
+    #[inline(always)]
+    fn generation(&self) -> u32 {
+        Word(self.state.load(Acquire)).generation()
+    }
+
     /// Nanoseconds on tokio's clock since the breaker was created.
     fn now(&self) -> u64 {
         duration_nanos(Instant::now().saturating_duration_since(self.origin))
     }
 
-    /// Moves a time window to the bucket of `now`.
+    /// Moves a time window to the bucket of `now` (a count window keeps
+    /// its calls in `last_calls`, and has no buckets to move).
     fn rotate(&self, now: u64, totals: Counts) {
-        match self.config.window() {
-            Window::Time(_) => self
-                .window
-                .rotate(now / self.bucket_width, totals, |_| u64::MAX),
-            Window::Count(_) => {
-                let width = self.bucket_width;
-                self.window
-                    .rotate(totals.calls / width, totals, |bucket| bucket * width)
-            }
+        if let Window::Time(_) = self.config.window() {
+            self.window.rotate(now / self.bucket_width, totals);
         }
     }
 
@@ -720,25 +758,54 @@ impl Inner {
         }
     }
 
-    /// Records a failed or slow call of a closed breaker, and trips it when
-    /// the window says so.
+    /// Records a failed or slow call admitted in the closed period of
+    /// `generation`, and trips the breaker when the window says so. A
+    /// call of an earlier period counts for nothing.
     #[cold]
-    fn record_closed(&self, failed: bool, slow: bool) {
-        let now = match self.config.window() {
-            Window::Time(_) => Some(self.now()),
-            Window::Count(_) => None,
-        };
-        // Calls before this one belong to the buckets they were made in.
-        self.rotate(now.unwrap_or(0), self.window.totals());
-        self.window.add(failed, slow);
+    fn record_closed(&self, generation: u32, failed: bool, slow: bool) {
         let word = Word(self.state.load(Acquire));
+        if word.generation() != generation {
+            return;
+        }
+        let counts = match self.config.window() {
+            Window::Time(_) => {
+                // Calls before this one belong to the buckets they were
+                // made in.
+                self.rotate(self.now(), self.window.totals());
+                self.window.add(failed, slow);
+                self.window.counts(self.window.totals())
+            }
+            Window::Count(_) => {
+                self.window.add(failed, slow);
+                let number = self.window.totals().calls;
+                match &self.last_calls {
+                    Some(last) => last.record(number, failed, slow),
+                    None => Counts::default(),
+                }
+            }
+        };
         if word.0 & (KIND | FORCED) != CLOSED {
             return;
         }
-        let counts = self.window.counts(self.window.totals());
         if self.should_trip(counts) {
-            let now = now.unwrap_or_else(|| self.now());
-            self.transition(word, OPEN, false, now);
+            self.transition(word, OPEN, false, self.now());
+        }
+    }
+
+    /// The counts of the window now.
+    fn counts(&self) -> Counts {
+        let totals = self.window.totals();
+        match &self.last_calls {
+            None => self.window.counts(totals),
+            Some(last) => last.counts(totals.calls),
+        }
+    }
+
+    /// Empties the window, as every new state period starts.
+    fn clear_window(&self) {
+        self.window.clear();
+        if let Some(last) = &self.last_calls {
+            last.clear(self.window.totals().calls);
         }
     }
 
@@ -801,6 +868,15 @@ impl Inner {
     /// it was cancelled. Probes of an earlier half-open period are ignored.
     fn settle_probe(&self, generation: u32, success: Option<bool>) {
         let half_open = |word: Word| word.kind() == HALF_OPEN && word.generation() == generation;
+        if let Some(succeeded) = success
+            && half_open(Word(self.state.load(Acquire)))
+        {
+            // The half-open period's own counts, for the snapshot.
+            self.window.add(!succeeded, false);
+            if let Some(last) = &self.last_calls {
+                last.record(self.window.totals().calls, !succeeded, false);
+            }
+        }
         if success == Some(false) {
             // Open before the slot is freed, so that no call takes the slot
             // of a failed probe while still half-open.
@@ -874,11 +950,13 @@ impl Inner {
         if Word(self.state.load(Acquire)).generation() != from.generation() {
             return false;
         }
-        // Set up the new state before it becomes visible.
+        // Set up the new state before it becomes visible. Half-open and
+        // closed start with fresh counts (gobreaker, resilience4j); open
+        // keeps the counts that tripped it, for the operator.
         if to == OPEN {
             self.open_until.store(until, Release);
-        } else if to == CLOSED {
-            self.window.clear();
+        } else {
+            self.clear_window();
         }
         let mut current = self.state.load(Acquire);
         let before = loop {
@@ -1038,6 +1116,33 @@ impl Permit<'_> {
         settle(self.breaker, packed, self.started, failed);
     }
 
+    /// Runs `call` under this permit's cut, as [`CircuitBreaker::call`]
+    /// does: the caller's deadline, the probe timeout of a probe, the call
+    /// timeout of any other call. A cut call ends with the runtime's error
+    /// (which the permit's outcome then counts as a failure). For the
+    /// attributes' expansion, where the permit is settled by the fallback.
+    #[doc(hidden)]
+    pub async fn bound<Fut, T, E>(&self, call: Fut) -> Result<T, E>
+    where
+        Fut: Future<Output = Result<T, E>>,
+        E: FromRuntimeError,
+    {
+        let mut call = std::pin::pin!(call);
+        let mut cut: Option<Pin<Box<Cut>>> = None;
+        std::future::poll_fn(|cx| {
+            if let Poll::Ready(result) = call.as_mut().poll(cx) {
+                return Poll::Ready(result);
+            }
+            let armed = cut.get_or_insert_with(|| {
+                Box::pin(Cut::of(&self.breaker.inner.config, self.admission))
+            });
+            let by = armed.by;
+            ready!(armed.as_mut().project().sleep.poll(cx));
+            Poll::Ready(Err(E::from_runtime(by.error())))
+        })
+        .await
+    }
+
     /// Counts nothing and frees a probe slot, as a drop does.
     fn ignore_in_place(&mut self) {
         let packed = std::mem::replace(&mut self.admission, TAKEN);
@@ -1050,9 +1155,13 @@ impl Permit<'_> {
 /// Records the outcome of a call admitted as `packed` at `started`.
 #[inline(always)]
 fn settle(breaker: &CircuitBreaker, packed: u64, started: u64, failed: bool) {
-    // The path of a healthy dependency, inline: one stripe store.
-    if packed == Admission::Closed.pack() && !failed {
-        breaker.inner.window.add_success();
+    // The path of a healthy dependency, inline: a load of the state word
+    // (its generation still the one that admitted the call) and one
+    // stripe store.
+    if packed & !GENERATION == 0 && !failed {
+        if breaker.inner.generation() == packed as u32 {
+            breaker.inner.window.add_success();
+        }
         return;
     }
     settle_rest(breaker, packed, started, failed);
@@ -1081,7 +1190,14 @@ impl Drop for Permit<'_> {
     #[inline]
     fn drop(&mut self) {
         if let Some(admission) = Admission::unpack(self.admission) {
-            self.breaker.on_outcome(Fate::Cancelled(admission));
+            // Dropped while its thread unwinds: the call panicked (or the
+            // code holding it did). A failure, as gobreaker counts a panic
+            // in the request, and the panic goes on.
+            if std::thread::panicking() {
+                self.settle_in_place(true);
+            } else {
+                self.breaker.on_outcome(Fate::Cancelled(admission));
+            }
         }
     }
 }
@@ -1112,45 +1228,59 @@ pin_project! {
         when: W,
         #[pin]
         fut: Fut,
-        // Armed when the call is first pending under the caller's deadline
-        // or as a half-open probe: a call that completes at once reads no
-        // clock.
+        // Armed when the call is first pending: a call that completes at
+        // once reads no clock and arms no timer.
         #[pin]
         cut: Option<Cut>,
     }
 }
 
 pin_project! {
-    /// What cuts a pending call: the caller's deadline or the probe
-    /// timeout, whichever comes first.
+    /// What cuts a pending call: the caller's deadline, the probe timeout
+    /// of a probe or the call timeout of any other call, whichever comes
+    /// first.
     struct Cut {
         #[pin]
         sleep: Sleep,
-        by_deadline: bool,
+        by: CutBy,
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+enum CutBy {
+    Deadline,
+    Timeout(Duration),
+}
+
+impl CutBy {
+    /// What the caller of a cut call gets.
+    fn error(self) -> Error {
+        match self {
+            CutBy::Deadline => Error::deadline_exceeded(1),
+            CutBy::Timeout(timeout) => Error::AttemptTimeout(timeout),
+        }
     }
 }
 
 impl Cut {
-    /// The cut of a call admitted as `admission`, if it has one.
-    fn of(config: &BreakerConfig, admission: u64) -> Option<Self> {
-        let deadline = deadline::current();
+    /// The cut of a call admitted as `admission`.
+    fn of(config: &BreakerConfig, admission: u64) -> Self {
         let probe = Admission::unpack(admission)
             .is_some_and(|admission| matches!(admission, Admission::Probe(_)));
-        let (until, by_deadline) = match (deadline, probe) {
-            (None, false) => return None,
-            (Some(deadline), false) => (deadline, true),
-            (deadline, true) => {
-                let probe_end = Instant::now() + config.probe_timeout();
-                match deadline {
-                    Some(deadline) if deadline <= probe_end => (deadline, true),
-                    _ => (probe_end, false),
-                }
-            }
+        let timeout = if probe {
+            config.probe_timeout()
+        } else {
+            config.call_timeout()
         };
-        Some(Cut {
+        let end = Instant::now() + timeout;
+        let (until, by) = match deadline::current() {
+            Some(deadline) if deadline <= end => (deadline, CutBy::Deadline),
+            _ => (end, CutBy::Timeout(timeout)),
+        };
+        Cut {
             sleep: crate::sleep_until(until),
-            by_deadline,
-        })
+            by,
+        }
     }
 }
 
@@ -1201,21 +1331,17 @@ fn poll_cut<T, E: FromRuntimeError>(
     cx: &mut Context<'_>,
 ) -> Poll<Result<T, E>> {
     if cut.is_none() {
-        match Cut::of(&permit.breaker.inner.config, permit.admission) {
-            Some(armed) => cut.set(Some(armed)),
-            None => return Poll::Pending,
-        }
+        cut.set(Some(Cut::of(
+            &permit.breaker.inner.config,
+            permit.admission,
+        )));
     }
     let Some(armed) = cut.as_mut().as_pin_mut() else {
         return Poll::Pending;
     };
     let armed = armed.project();
     ready!(armed.sleep.poll(cx));
-    let error = if *armed.by_deadline {
-        Error::deadline_exceeded(1)
-    } else {
-        Error::AttemptTimeout(permit.breaker.inner.config.probe_timeout())
-    };
+    let error = armed.by.error();
     // A hung dependency: the call counts as failed.
     permit.settle_in_place(true);
     Poll::Ready(Err(E::from_runtime(error)))

@@ -322,15 +322,16 @@ async fn count_window_keeps_the_last_calls() {
         succeed(&b, &calls).await.unwrap();
     }
     let snap = b.snapshot();
-    assert!((90..=100).contains(&snap.calls), "{snap:?}");
-    assert_eq!(snap.failures, 0);
-    for _ in 0..60 {
+    assert_eq!(
+        (snap.calls, snap.failures),
+        (100, 0),
+        "exactly the last 100"
+    );
+    // 50 of the last 100 calls failed at the 50th failure: ratio 0.5.
+    for n in 1..=50 {
         let _ = fail(&b, &calls).await;
-        if b.state() == State::Open {
-            break;
-        }
+        assert_eq!(b.state() == State::Open, n == 50, "after {n} failures");
     }
-    assert_eq!(b.state(), State::Open);
 }
 
 #[tokio::test(start_paused = true)]
@@ -450,7 +451,7 @@ fn the_ticker_thread_ends_a_cooldown_and_lets_a_runtime_take_the_breaker_over() 
         .unwrap();
     paused.block_on(async {
         let mut driven = thread_ticker::Driven::default();
-        driven.adopt(vec![Arc::downgrade(&b.inner)]);
+        driven.adopt(vec![Arc::downgrade(&b.inner) as _]);
         let due = driven.tick(tokio::time::Instant::now()).unwrap();
         assert!(due <= tokio::time::Instant::now() + cooldown);
         // Nothing else runs on this runtime: no ticker task to let run.

@@ -21,18 +21,17 @@
 //! every later one: slower, never wrong.
 
 use std::sync::atomic::AtomicBool;
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, PoisonError, Weak};
+use std::sync::{Condvar, Mutex, MutexGuard, OnceLock, PoisonError, Weak};
 
 use tokio::time::Instant;
 
-use super::Inner;
 use super::state::{NO_TICKER, PRECISE, THREAD};
 use super::sync::Ordering::*;
-use super::ticker::Entry;
+use super::ticker::{Entry, Ticked};
 
 /// Breakers registered since the thread last looked, and its wake-up.
 struct Shared {
-    pending: Mutex<Vec<Weak<Inner>>>,
+    pending: Mutex<Vec<Weak<dyn Ticked>>>,
     wake: Condvar,
 }
 
@@ -65,7 +64,7 @@ pub(super) fn running() -> bool {
 
 /// Has the thread drive `breaker`, which carries `THREAD` already; `false`
 /// when the thread is gone (the caller then reads the clock).
-pub(super) fn register(breaker: Weak<Inner>) -> bool {
+pub(super) fn register(breaker: Weak<dyn Ticked>) -> bool {
     let mut pending = lock(&SHARED.pending);
     // Under the lock, which the dying thread takes to mark what it leaves.
     if !ALIVE.load(Acquire) {
@@ -84,10 +83,10 @@ pub(super) struct Driven {
 
 impl Driven {
     /// Takes `breakers` on.
-    pub(super) fn adopt(&mut self, breakers: Vec<Weak<Inner>>) {
+    pub(super) fn adopt(&mut self, breakers: Vec<Weak<dyn Ticked>>) {
         for breaker in breakers {
             if let Some(inner) = breaker.upgrade() {
-                self.entries.push(Entry::new(breaker, &inner));
+                self.entries.push(Entry::new(breaker, &*inner));
             }
         }
     }
@@ -100,10 +99,10 @@ impl Driven {
             let Some(inner) = entry.breaker() else {
                 return false;
             };
-            if inner.state.load(Acquire) & THREAD == 0 {
+            if inner.word().load(Acquire) & THREAD == 0 {
                 return false;
             }
-            let due = entry.step(&inner, now);
+            let due = entry.step(&*inner, now);
             next = Some(next.map_or(due, |next| next.min(due)));
             true
         });
@@ -130,14 +129,14 @@ impl Drop for Thread {
         };
         let driven = self.0.entries.iter().filter_map(Entry::breaker);
         for inner in driven.chain(pending.iter().filter_map(Weak::upgrade)) {
-            release(&inner);
+            release(&*inner);
         }
     }
 }
 
 /// Back to reading the clock, unless a runtime's ticker took the breaker.
-fn release(inner: &Inner) {
-    let _ = inner.state.fetch_update(AcqRel, Acquire, |word| {
+fn release(inner: &dyn Ticked) {
+    let _ = inner.word().fetch_update(AcqRel, Acquire, |word| {
         (word & THREAD != 0).then_some((word & !(THREAD | PRECISE)) | NO_TICKER)
     });
 }
@@ -173,9 +172,9 @@ fn run(shared: &'static Shared) {
 
 /// Marks `inner` as driven by the thread, if no ticker drives it; true when
 /// this call did (and must register it).
-pub(super) fn claim(inner: &Arc<Inner>) -> bool {
+pub(super) fn claim(inner: &dyn Ticked) -> bool {
     inner
-        .state
+        .word()
         .fetch_update(AcqRel, Acquire, |word| {
             (word & NO_TICKER != 0).then_some((word & !NO_TICKER) | THREAD)
         })
@@ -183,6 +182,6 @@ pub(super) fn claim(inner: &Arc<Inner>) -> bool {
 }
 
 /// Undoes [`claim`] when the thread is gone.
-pub(super) fn unclaim(inner: &Inner) {
+pub(super) fn unclaim(inner: &dyn Ticked) {
     release(inner);
 }

@@ -1,6 +1,10 @@
 //! The task that moves breakers through time, so that calls do not have to
 //! read the clock.
 //!
+//! It drives anything [`Ticked`]: a breaker, or a time window with no
+//! breaker around it (the retry budget's deposits, see
+//! [`TimedWindow`](super::timed::TimedWindow)).
+//!
 //! One ticker per Tokio runtime drives every breaker used on it: a breaker
 //! costs the ticker one entry in a list, not a task and a timer of its own.
 //! For each breaker the ticker wakes at each bucket boundary of a time
@@ -27,7 +31,23 @@ use tokio::time::{Instant, sleep_until};
 use super::Inner;
 use super::config::Window;
 use super::state::{NO_TICKER, OPEN, PRECISE, Word};
-use super::sync::Ordering::*;
+use super::sync::{AtomicU64, Ordering::*};
+pub(crate) use super::timed::Ticked;
+
+impl Ticked for Inner {
+    fn word(&self) -> &AtomicU64 {
+        &self.state
+    }
+    fn origin(&self) -> Instant {
+        self.origin
+    }
+    fn maintain(&self, now: u64) {
+        Inner::maintain(self, now);
+    }
+    fn next_event(&self, now: u64) -> u64 {
+        self.next_breaker_event(now)
+    }
+}
 
 const EARLY: u64 = 1_000_000;
 
@@ -38,7 +58,7 @@ static TICKERS: Mutex<Vec<(Id, Arc<Shared>)>> = Mutex::new(Vec::new());
 #[derive(Default)]
 struct Shared {
     /// Breakers registered since the ticker last looked.
-    pending: Mutex<Vec<Weak<Inner>>>,
+    pending: Mutex<Vec<Weak<dyn Ticked>>>,
     wake: Notify,
 }
 
@@ -50,7 +70,7 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 
 /// Has the ticker of the runtime of `handle` drive `breaker` from now on,
 /// starting that ticker if the runtime has none yet.
-pub(super) fn register(handle: &Handle, breaker: Weak<Inner>) {
+pub(super) fn register(handle: &Handle, breaker: Weak<dyn Ticked>) {
     let id = handle.id();
     let (shared, start) = {
         let mut tickers = lock(&TICKERS);
@@ -80,7 +100,7 @@ pub(super) fn register(handle: &Handle, breaker: Weak<Inner>) {
 
 /// One breaker on a ticker's list, and when it next needs the ticker.
 pub(super) struct Entry {
-    breaker: Weak<Inner>,
+    breaker: Weak<dyn Ticked>,
     /// When to raise `PRECISE`.
     early: Instant,
     /// When to move the breaker on and lower `PRECISE`.
@@ -90,11 +110,12 @@ pub(super) struct Entry {
 
 impl Entry {
     /// Moves `inner` to `now` and plans its next event.
-    pub(super) fn new(breaker: Weak<Inner>, inner: &Inner) -> Entry {
+    pub(super) fn new(breaker: Weak<dyn Ticked>, inner: &dyn Ticked) -> Entry {
         let now = inner.now();
         inner.maintain(now);
         let next = inner.next_event(now);
-        let at = |nanos: u64| inner.origin + Duration::from_nanos(nanos);
+        let origin = inner.origin();
+        let at = |nanos: u64| origin + Duration::from_nanos(nanos);
         Entry {
             breaker,
             early: at(next.saturating_sub(EARLY).max(now)),
@@ -118,7 +139,7 @@ impl Driven {
         let pending = std::mem::take(&mut *lock(&self.shared.pending));
         for breaker in pending {
             if let Some(inner) = breaker.upgrade() {
-                self.entries.push(Entry::new(breaker, &inner));
+                self.entries.push(Entry::new(breaker, &*inner));
             }
         }
     }
@@ -131,7 +152,7 @@ impl Driven {
             let Some(inner) = entry.breaker.upgrade() else {
                 return false;
             };
-            let due = entry.step(&inner, now);
+            let due = entry.step(&*inner, now);
             next = Some(next.map_or(due, |next| next.min(due)));
             true
         });
@@ -142,21 +163,21 @@ impl Driven {
 impl Entry {
     /// The breaker `inner` (this entry's) at `now`: what is due is done.
     /// Returns when the entry is next due.
-    pub(super) fn step(&mut self, inner: &Inner, now: Instant) -> Instant {
+    pub(super) fn step(&mut self, inner: &dyn Ticked, now: Instant) -> Instant {
         if now >= self.at {
-            let breaker = std::mem::take(&mut self.breaker);
+            let breaker = self.breaker.clone();
             *self = Entry::new(breaker, inner);
-            inner.state.fetch_and(!PRECISE, AcqRel);
+            inner.word().fetch_and(!PRECISE, AcqRel);
         }
         if !self.raised && now >= self.early {
-            inner.state.fetch_or(PRECISE, AcqRel);
+            inner.word().fetch_or(PRECISE, AcqRel);
             self.raised = true;
         }
         if self.raised { self.at } else { self.early }
     }
 
     /// The breaker this entry drives, if it is still alive.
-    pub(super) fn breaker(&self) -> Option<Arc<Inner>> {
+    pub(super) fn breaker(&self) -> Option<Arc<dyn Ticked>> {
         self.breaker.upgrade()
     }
 }
@@ -172,8 +193,8 @@ impl Drop for Driven {
         let pending = std::mem::take(&mut *lock(&self.shared.pending));
         let driven = self.entries.drain(..).map(|entry| entry.breaker);
         for inner in driven.chain(pending).filter_map(|weak| weak.upgrade()) {
-            inner.state.fetch_or(NO_TICKER, AcqRel);
-            inner.state.fetch_and(!PRECISE, AcqRel);
+            inner.word().fetch_or(NO_TICKER, AcqRel);
+            inner.word().fetch_and(!PRECISE, AcqRel);
         }
     }
 }
@@ -208,7 +229,7 @@ impl Inner {
     /// When the ticker must next wake: the next bucket boundary, the end of
     /// the cooldown, and in any case before a cooldown that starts now
     /// could end.
-    fn next_event(&self, now: u64) -> u64 {
+    fn next_breaker_event(&self, now: u64) -> u64 {
         let cooldown = crate::duration_nanos(self.config.cooldown());
         let mut next = now.saturating_add((cooldown / 2).max(EARLY));
         if let Window::Time(_) = self.config.window() {

@@ -16,6 +16,8 @@ use super::owner::{self, OWNED};
 /// The owned stripes of a window with one per owning thread.
 pub(crate) const OWNED_STRIPES: usize = OWNED;
 use super::sync::{AtomicBool, AtomicU64, Ordering::*};
+use std::collections::VecDeque;
+use std::sync::{Mutex, MutexGuard, PoisonError};
 
 /// Counts of the calls in a window.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -171,10 +173,9 @@ impl SlidingWindow {
     }
 
     /// Moves the window to bucket `epoch`, recording `totals` as the base of
-    /// every bucket it enters (`base_calls(k)` overrides the calls of bucket
-    /// `k`'s base, for count windows, where the bucket starts at a known
-    /// call number). Another thread already rotating wins; this one skips.
-    pub(crate) fn rotate(&self, epoch: u64, totals: Counts, base_calls: impl Fn(u64) -> u64) {
+    /// every bucket it enters. Another thread already rotating wins; this
+    /// one skips.
+    pub(crate) fn rotate(&self, epoch: u64, totals: Counts) {
         let current = self.epoch.load(Acquire);
         if epoch <= current
             || self
@@ -189,7 +190,7 @@ impl SlidingWindow {
             let first = (current + 1).max(epoch.saturating_sub(BUCKETS as u64 - 1));
             for k in first..=epoch {
                 let base = &self.bases[k as usize % BUCKETS];
-                base.calls.store(base_calls(k).min(totals.calls), Relaxed);
+                base.calls.store(totals.calls, Relaxed);
                 base.failures.store(totals.failures, Relaxed);
                 base.slow.store(totals.slow, Relaxed);
             }
@@ -209,6 +210,96 @@ impl SlidingWindow {
     }
 }
 
+/// A count window: exactly the last `n` calls.
+///
+/// Successes are only counted, on the stripes, as in a time window: the
+/// closed path stays one plain store. Failures and slow calls, which take
+/// the slow path anyway, are logged here by their call number (the sum of
+/// the stripes once they are counted), so that the window is "the last `n`
+/// call numbers" and a failure leaves it exactly `n` calls later
+/// (resilience4j's fixed-size window), not a bucket at a time.
+#[derive(Debug)]
+pub(crate) struct LastCalls {
+    n: u64,
+    log: Mutex<Log>,
+}
+
+#[derive(Debug, Default)]
+struct Log {
+    /// The call number at the start of the current state period.
+    base: u64,
+    failures: VecDeque<u64>,
+    slow: VecDeque<u64>,
+}
+
+impl Log {
+    /// Forgets what left the window: calls `<= first`.
+    fn trim(&mut self, first: u64) {
+        for log in [&mut self.failures, &mut self.slow] {
+            while log.front().is_some_and(|&number| number <= first) {
+                log.pop_front();
+            }
+        }
+    }
+
+    fn counts(&mut self, n: u64, calls: u64) -> Counts {
+        let first = calls.saturating_sub(n).max(self.base);
+        self.trim(first);
+        Counts {
+            calls: calls.saturating_sub(first),
+            failures: self.failures.len() as u64,
+            slow: self.slow.len() as u64,
+        }
+    }
+}
+
+impl LastCalls {
+    pub(crate) fn new(n: u32) -> LastCalls {
+        LastCalls {
+            n: u64::from(n),
+            log: Mutex::new(Log::default()),
+        }
+    }
+
+    fn log(&self) -> MutexGuard<'_, Log> {
+        self.log.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Logs call number `number` (already counted on the stripes), failed,
+    /// slow or both, and returns the counts of the window with it.
+    pub(crate) fn record(&self, number: u64, failed: bool, slow: bool) -> Counts {
+        let mut log = self.log();
+        if number > log.base {
+            // Call numbers arrive out of order under concurrency; keep each
+            // log sorted so that trimming from the front stays right.
+            let insert = |log: &mut VecDeque<u64>| {
+                let at = log.partition_point(|&other| other <= number);
+                log.insert(at, number);
+            };
+            if failed {
+                insert(&mut log.failures);
+            }
+            if slow {
+                insert(&mut log.slow);
+            }
+        }
+        log.counts(self.n, number)
+    }
+
+    /// The counts of the window when `calls` calls were made in all.
+    pub(crate) fn counts(&self, calls: u64) -> Counts {
+        self.log().counts(self.n, calls)
+    }
+
+    /// Empties the window: it starts after call number `calls`.
+    pub(crate) fn clear(&self, calls: u64) {
+        let mut log = self.log();
+        log.base = calls;
+        log.failures.clear();
+        log.slow.clear();
+    }
+}
+
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
@@ -217,7 +308,7 @@ mod tests {
     fn failures_leave_the_window_one_bucket_at_a_time() {
         let w = SlidingWindow::new(owner::OWNED);
         w.add(true, false); // bucket 0
-        w.rotate(1, w.totals(), |_| u64::MAX);
+        w.rotate(1, w.totals());
         w.add(true, false); // bucket 1
         w.add_success();
         assert_eq!(
@@ -229,14 +320,14 @@ mod tests {
             }
         );
         // Bucket 10: bucket 0 left, bucket 1 still in.
-        w.rotate(10, w.totals(), |_| u64::MAX);
+        w.rotate(10, w.totals());
         assert_eq!(w.counts(w.totals()).failures, 1);
-        w.rotate(11, w.totals(), |_| u64::MAX);
+        w.rotate(11, w.totals());
         assert_eq!(w.counts(w.totals()), Counts::default());
         w.add(false, true);
         assert_eq!(w.counts(w.totals()).slow, 1);
         // A long jump forgets everything.
-        w.rotate(500, w.totals(), |_| u64::MAX);
+        w.rotate(500, w.totals());
         assert_eq!(w.counts(w.totals()), Counts::default());
         w.add_success();
         w.clear();
@@ -254,7 +345,7 @@ mod tests {
             std::thread::spawn(move || {
                 for epoch in 1..200 {
                     let before = w.totals();
-                    w.rotate(epoch, before, |_| u64::MAX);
+                    w.rotate(epoch, before);
                     let after = w.totals();
                     assert!(after.calls >= before.calls && after.failures >= before.failures);
                 }

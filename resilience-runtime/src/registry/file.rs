@@ -73,6 +73,7 @@ struct BreakerSection {
     cooldown: Option<String>,
     half_open: Option<u32>,
     probe_timeout: Option<String>,
+    call_timeout: Option<String>,
     /// `"2s"` (with `slow_ratio`), or the attribute's form
     /// `{ threshold = "2s", ratio = 0.8 }`.
     slow_call: Option<SlowCall>,
@@ -346,6 +347,9 @@ impl BreakerSection {
         }
         if let Some(timeout) = &self.probe_timeout {
             c = c.with_probe_timeout(duration("probe_timeout", timeout)?);
+        }
+        if let Some(timeout) = &self.call_timeout {
+            c = c.with_call_timeout(duration("call_timeout", timeout)?);
         }
         match (self.shared_url, &self.sync_interval) {
             (Some(url), interval) => {

@@ -23,20 +23,20 @@
 //! ago does not pay for a storm now.
 //!
 //! A deposit is on every call's path, so it is a plain load and store on a
-//! counter only the calling thread writes (the stripes of the breaker's
+//! counter only the calling thread writes (the stripes of a breaker's
 //! window): no locked instruction, no shared cache line, no clock read.
-//! The clock is read, and the deposits are sorted into the buckets of the
-//! window, only when a retry asks to withdraw, which is the failure path.
-//! Deposits made since the previous withdrawal count as made in the
-//! current bucket.
+//! The window's buckets move at their boundaries (every tenth of `ttl`)
+//! by the ticker that moves the breakers, so a deposit leaves the window
+//! `ttl` after it was made even when nothing was retried meanwhile: the
+//! calls of an hour of healthy traffic do not pay for the retries of an
+//! outage that starts after a quiet minute. The clock is read only when a
+//! retry asks to withdraw, which is the failure path.
 
 use std::fmt;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio::time::Instant;
-
-use crate::breaker::window::SlidingWindow;
+use crate::breaker::timed::{Ticked, TimedWindow};
 use crate::error::ConfigError;
 
 /// Buckets of a budget's window: deposits leave it a tenth of `ttl` at a
@@ -170,7 +170,7 @@ impl BudgetConfig {
         Ok(Budget {
             name,
             config: self,
-            deposits: SlidingWindow::new(crate::breaker::window::OWNED_STRIPES),
+            deposits: TimedWindow::new(self.ttl),
             ledger: Mutex::new(Ledger::default()),
         })
     }
@@ -204,18 +204,15 @@ impl BudgetConfig {
 pub struct Budget {
     name: &'static str,
     config: BudgetConfig,
-    /// Only the `calls` counters of its stripes are used: one per thread.
-    deposits: SlidingWindow,
+    /// The calls of the last `ttl`, moved on by the breakers' ticker.
+    deposits: Arc<TimedWindow>,
     ledger: Mutex<Ledger>,
 }
 
+/// The withdrawals of the last `ttl`, in the deposits' buckets.
 #[derive(Debug, Default)]
 struct Ledger {
-    origin: Option<Instant>,
     epoch: u64,
-    /// The total of deposits at the last withdrawal.
-    seen: u64,
-    deposits: [u64; BUCKETS],
     withdrawals: [u64; BUCKETS],
 }
 
@@ -234,7 +231,7 @@ impl Budget {
     /// counter.
     #[inline(always)]
     pub fn deposit(&self) {
-        self.deposits.add_success();
+        self.deposits.add();
     }
 
     /// One retry (or hedge), if the budget allows it: `false` when it is
@@ -256,27 +253,18 @@ impl Budget {
         self.settle(&mut ledger)
     }
 
-    /// Moves the window to now, sorts the deposits made since the last
-    /// look into the current bucket, and returns the retries allowed.
+    /// Moves both windows to now and returns the retries allowed.
     fn settle(&self, ledger: &mut Ledger) -> u64 {
-        let now = Instant::now();
-        let total = self.deposits.totals().calls;
-        let origin = *ledger.origin.get_or_insert(now);
-        let width = self.config.ttl.as_nanos() / BUCKETS as u128;
-        let epoch = u64::try_from(now.saturating_duration_since(origin).as_nanos() / width)
-            .unwrap_or(u64::MAX);
+        let now = self.deposits.now();
+        let deposits = self.deposits.count_at(now);
+        let epoch = now / self.deposits.bucket_width();
         if epoch > ledger.epoch {
             let first = (ledger.epoch + 1).max(epoch.saturating_sub(BUCKETS as u64 - 1));
             for k in first..=epoch {
-                ledger.deposits[k as usize % BUCKETS] = 0;
                 ledger.withdrawals[k as usize % BUCKETS] = 0;
             }
             ledger.epoch = epoch;
         }
-        let slot = ledger.epoch as usize % BUCKETS;
-        ledger.deposits[slot] += total.wrapping_sub(ledger.seen);
-        ledger.seen = total;
-        let deposits: u64 = ledger.deposits.iter().sum();
         let withdrawals: u64 = ledger.withdrawals.iter().sum();
         let floor = f64::from(self.config.min_per_second) * self.config.ttl.as_secs_f64();
         // Whole retries only: 0.2 × 4 calls allows none yet.

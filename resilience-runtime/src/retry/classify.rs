@@ -11,7 +11,8 @@
 //!
 //! | category | verdict | outcome |
 //! |---|---|---|
-//! | network: reset, aborted, refused, broken pipe, timed out, unexpected EOF, not connected, host or network unreachable or down, interrupted | [`Verdict::Transient`] | failure |
+//! | network: reset, aborted, refused, broken pipe, timed out, unexpected EOF, not connected, host or network unreachable or down, interrupted; an error no one can judge inside `io::Error::other` (a driver's, an SDK's) | [`Verdict::Transient`] | failure |
+//! | any other `std::io::Error` (bad input, not found, permission denied) | [`Verdict::Permanent`] | failure: an `io::Error` cannot say that the dependency answered |
 //! | HTTP 408, 500, 502, 503, 504 | [`Verdict::Transient`] | failure |
 //! | HTTP 429 (and 503) with `Retry-After` | [`Verdict::RetryAfter`] | failure |
 //! | every other 4xx, every 2xx | [`Verdict::Permanent`] | success: the dependency answered |
@@ -312,43 +313,107 @@ impl<T: Classify + ?Sized> Classify for Box<T> {
 /// Transport errors are transient, as [the guide](crate::guide#what-may-be-retried)
 /// has it (every transport error but a cancellation): a refused connection is a
 /// pod restarting, an unreachable host or network a route that flaps.
-/// What is not a transport error (a missing file, bad input, a denied
-/// permission, an unsupported operation) is permanent, and so is
-/// [`ErrorKind::Other`](std::io::ErrorKind::Other): an error that says
-/// nothing of its cause is not worth multiplying.
 ///
-/// An `io::Error` built from the runtime's own [`Error`] (through its
-/// `From` impl) classifies as that error does, so that `std::io::Error` and
-/// an enum forwarding to [`Error::classify`] behave alike.
+/// An `io::Error` that wraps another error is judged by what it wraps,
+/// looked up through [`get_ref`](std::io::Error::get_ref): the runtime's
+/// own [`Error`] (through its `From` impl) classifies as itself, a nested
+/// `io::Error` as that one does. A wrapped error nobody can judge
+/// ([`io::Error::other`](std::io::Error::other) around a Redis, SDK or
+/// driver error, the idiomatic way to carry one) is taken for a transport
+/// error, transient, as the guide's `IsRetryable` has it ("network errors
+/// are mostly transient"). What is not a transport error (a missing file,
+/// bad input, a denied permission, an unsupported operation) is not
+/// retried.
+///
+/// For the circuit breaker every `io::Error` is a failure, retried or not
+/// (gobreaker counts every error): an `io::Error` has no way to say that
+/// the dependency answered. Only the runtime's own errors inside one keep
+/// their outcome (a cancelled call or an open breaker further in counts
+/// for nothing).
+///
+/// ```
+/// use resilience::{Classify, Outcome, Verdict};
+/// use std::io;
+///
+/// #[derive(Debug)]
+/// struct RedisDown;
+/// impl std::fmt::Display for RedisDown {
+///     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+///         f.write_str("connection refused by redis")
+///     }
+/// }
+/// impl std::error::Error for RedisDown {}
+///
+/// let wrapped = io::Error::other(RedisDown);
+/// assert_eq!(wrapped.classify(), Verdict::Transient);
+/// assert_eq!(wrapped.outcome(), Outcome::Failure);
+/// let bad_input = io::Error::from(io::ErrorKind::InvalidInput);
+/// assert_eq!(bad_input.classify(), Verdict::Permanent);
+/// assert_eq!(bad_input.outcome(), Outcome::Failure);
+/// ```
 impl Classify for std::io::Error {
     fn classify(&self) -> Verdict {
         use std::io::ErrorKind::*;
-        if let Some(runtime) = runtime_error(self) {
-            return runtime.classify();
+        match inside(self) {
+            Inside::Runtime(runtime) => return runtime.classify(),
+            Inside::Io(io) => return io.classify(),
+            Inside::Opaque => return Verdict::Transient,
+            Inside::Nothing => {}
         }
         match self.kind() {
             ConnectionReset | ConnectionAborted | ConnectionRefused | BrokenPipe | TimedOut
             | UnexpectedEof | NotConnected | Interrupted | HostUnreachable | NetworkUnreachable
-            | NetworkDown | AddrNotAvailable => Verdict::Transient,
+            | NetworkDown | AddrNotAvailable | WouldBlock | WriteZero | Other => Verdict::Transient,
             _ => Verdict::Permanent,
         }
     }
 
     fn reason(&self) -> Option<Reason> {
-        if let Some(runtime) = runtime_error(self) {
-            return runtime.reason();
+        match inside(self) {
+            Inside::Runtime(runtime) => return runtime.reason(),
+            Inside::Io(io) => return io.reason(),
+            Inside::Opaque | Inside::Nothing => {}
         }
         match self.kind() {
             std::io::ErrorKind::TimedOut => Some(Reason::Timeout),
-            _ if self.classify().is_retryable() => Some(Reason::Network),
-            _ => None,
+            _ => Some(Reason::Network),
+        }
+    }
+
+    fn outcome(&self) -> Outcome {
+        match inside(self) {
+            Inside::Runtime(runtime) => runtime.outcome(),
+            Inside::Io(io) => io.outcome(),
+            Inside::Opaque | Inside::Nothing => Outcome::Failure,
         }
     }
 }
 
-/// The runtime's error inside an `io::Error` made from it.
-fn runtime_error(error: &std::io::Error) -> Option<&Error> {
-    error.get_ref()?.downcast_ref::<Error>()
+/// What an `io::Error` wraps.
+enum Inside<'a> {
+    Runtime(&'a Error),
+    Io(&'a std::io::Error),
+    /// An error of a type this crate cannot judge.
+    Opaque,
+    /// Nothing: a bare kind, or a message.
+    Nothing,
+}
+
+fn inside(error: &std::io::Error) -> Inside<'_> {
+    let Some(inner) = error.get_ref() else {
+        return Inside::Nothing;
+    };
+    if let Some(runtime) = inner.downcast_ref::<Error>() {
+        Inside::Runtime(runtime)
+    } else if let Some(io) = inner.downcast_ref::<std::io::Error>() {
+        Inside::Io(io)
+    } else if error.kind() == std::io::ErrorKind::Other {
+        // `io::Error::other(e)`: a driver's error carried as is. One made
+        // with another kind says what it is through the kind.
+        Inside::Opaque
+    } else {
+        Inside::Nothing
+    }
 }
 
 impl Classify for Error {
@@ -598,14 +663,27 @@ mod tests {
             io::ErrorKind::InvalidData,
             io::ErrorKind::AlreadyExists,
             io::ErrorKind::Unsupported,
-            io::ErrorKind::Other,
         ] {
             assert_eq!(
                 io::Error::from(kind).classify(),
                 Verdict::Permanent,
                 "{kind:?}"
             );
+            // Not retried, but a failure all the same: an `io::Error`
+            // cannot say that the dependency answered (gobreaker counts
+            // every error).
+            assert_eq!(
+                io::Error::from(kind).outcome(),
+                Outcome::Failure,
+                "{kind:?}"
+            );
         }
+        // What nobody can judge is a transport error (the guide's
+        // `IsRetryable`: "network errors are mostly transient").
+        assert_eq!(
+            io::Error::from(io::ErrorKind::Other).classify(),
+            Verdict::Transient
+        );
         assert_eq!(
             io::Error::from(io::ErrorKind::TimedOut).reason(),
             Some(Reason::Timeout)
@@ -614,7 +692,41 @@ mod tests {
             io::Error::from(io::ErrorKind::BrokenPipe).reason(),
             Some(Reason::Network)
         );
-        assert_eq!(io::Error::from(io::ErrorKind::NotFound).reason(), None);
+        assert_eq!(
+            io::Error::from(io::ErrorKind::NotFound).reason(),
+            Some(Reason::Network)
+        );
+    }
+
+    /// `io::Error::other(e)`, the idiomatic way to carry a Redis, SDK or
+    /// driver error, is judged by what it wraps: the runtime's errors and
+    /// nested `io::Error`s as themselves, anything else as a transport
+    /// error. Before, it was permanent and a success for the breaker: a
+    /// dependency refusing every connection never opened it.
+    #[test]
+    fn a_wrapped_error_is_judged_by_what_it_wraps() {
+        #[derive(Debug)]
+        struct DriverError;
+        impl std::fmt::Display for DriverError {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("driver: connection refused")
+            }
+        }
+        impl std::error::Error for DriverError {}
+
+        let opaque = io::Error::other(DriverError);
+        assert_eq!(opaque.classify(), Verdict::Transient);
+        assert_eq!(opaque.outcome(), Outcome::Failure);
+        assert_eq!(opaque.reason(), Some(Reason::Network));
+        let message = io::Error::other("redis said no");
+        assert_eq!(message.classify(), Verdict::Transient);
+        let nested = io::Error::other(io::Error::from(io::ErrorKind::PermissionDenied));
+        assert_eq!(nested.classify(), Verdict::Permanent);
+        let runtime = io::Error::other(Error::deadline_exceeded(0));
+        assert_eq!(runtime.classify(), Verdict::Ignored);
+        assert_eq!(runtime.outcome(), Outcome::Ignored);
+        let runtime = io::Error::from(Error::deadline_exceeded(0));
+        assert_eq!(runtime.outcome(), Outcome::Ignored);
     }
 
     /// An enum that forwards only `classify` to the runtime's error, as the

@@ -60,7 +60,10 @@ pub use budget::{Budget, BudgetConfig};
 pub use classify::{
     AsHttpStatus, Classify, FromRuntimeError, HttpStatus, Outcome, Reason, SqlState, Verdict,
 };
-pub use executor::{ByClassify, DefaultRng, Event, GiveUp, KeepLast, Notify, Quiet, Retry, When};
+pub use executor::{
+    ByClassify, DefaultRng, Event, GiveUp, KeepLast, Notify, Quiet, Retry, SeededJitter, When,
+    seed_jitter,
+};
 pub use hedge::{Hedge, MAX_HEDGED_ATTEMPTS};
 pub use policy::{Policy, PolicyBuilder};
 pub use retry_after::{AsRetryAfter, parse_retry_after, parse_retry_after_bytes};

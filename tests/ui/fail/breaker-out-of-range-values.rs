@@ -15,4 +15,9 @@ async fn get_stock(id: u64) -> Result<u64, std::io::Error> {
     std::future::ready(Ok(id)).await
 }
 
+#[circuit_breaker(name = "price", call_timeout = "0s")]
+async fn get_price(id: u64) -> Result<u64, std::io::Error> {
+    std::future::ready(Ok(id)).await
+}
+
 fn main() {}
