@@ -57,30 +57,74 @@ async fn pause_after(policy: Policy, asked: Duration) -> Result<Duration, Thrott
     Ok(delays[0])
 }
 
+/// Before: the hint was cut to `max_retry_after` and the chain retried
+/// after 60 s, earlier than the server asked. The guide: never retry
+/// earlier than asked; a hint longer than the longest pause allowed gives
+/// up at once, and the caller gets the error that carries it.
 #[tokio::test(start_paused = true)]
-async fn a_huge_retry_after_is_cut_to_the_policys_maximum() {
-    // No budget to speak of: before the fix the executor slept
+async fn a_huge_retry_after_gives_up_at_once_with_the_hint() {
+    // No budget to speak of: before the first fix the executor slept
     // 18446744073 s (the hint, bounded only by what max_elapsed holds).
     let policy = Policy::builder()
         .with_max_elapsed(Duration::MAX)
         .build()
         .unwrap();
     let asked = Duration::from_secs(u64::MAX);
-    assert_eq!(
-        pause_after(policy, asked).await.unwrap(),
-        Duration::from_secs(60)
-    );
+    let started = tokio::time::Instant::now();
+    let err = pause_after(policy, asked).await.unwrap_err();
+    assert!(matches!(err, Throttled::Asked(d) if d == asked), "{err:?}");
+    assert_eq!(started.elapsed(), Duration::ZERO);
 
     let policy = Policy::builder()
         .with_max_elapsed(Duration::from_secs(3600))
         .with_max_retry_after(Duration::from_secs(5))
         .build()
         .unwrap();
+    let asked = Duration::from_secs(18_446_725_547);
+    let err = pause_after(policy, asked).await.unwrap_err();
+    assert!(matches!(err, Throttled::Asked(d) if d == asked), "{err:?}");
+    assert_eq!(started.elapsed(), Duration::ZERO);
+}
+
+/// Issue 28, item 9: `Retry-After: 90` under the default 60 s maximum
+/// and an hour of budget was retried after 60 s. It gives up at once, as
+/// a hint beyond the time left does, with the 90 s in the error.
+#[tokio::test(start_paused = true)]
+async fn a_retry_after_beyond_the_maximum_is_not_shortened() {
+    let policy = Policy::builder()
+        .with_max_elapsed(Duration::from_secs(3600))
+        .build()
+        .unwrap();
+    let mut reasons = Vec::new();
+    let calls = AtomicU32::new(0);
+    let started = tokio::time::Instant::now();
+    let err = policy
+        .retry(|| async {
+            calls.fetch_add(1, Ordering::SeqCst);
+            Err::<(), _>(Throttled::Asked(Duration::from_secs(90)))
+        })
+        .notify(|event: &Event<'_, Throttled>| {
+            if let Event::GaveUp { reason, .. } = event {
+                reasons.push(*reason);
+            }
+        })
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, Throttled::Asked(d) if d == Duration::from_secs(90)),
+        "{err:?}"
+    );
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+    assert_eq!(started.elapsed(), Duration::ZERO);
+    assert_eq!(reasons, [resilience::retry::GiveUp::RetryAfterTooLong]);
+    // Exactly the maximum is still honoured.
+    let policy = Policy::builder()
+        .with_max_elapsed(Duration::from_secs(3600))
+        .build()
+        .unwrap();
     assert_eq!(
-        pause_after(policy, Duration::from_secs(18_446_725_547))
-            .await
-            .unwrap(),
-        Duration::from_secs(5)
+        pause_after(policy, Duration::from_secs(60)).await.unwrap(),
+        Duration::from_secs(60)
     );
 }
 

@@ -303,3 +303,32 @@ async fn the_sites_run() {
     assert_eq!(get_unnamed(&Script::new(&[200])).await, Ok(()));
     assert_eq!(Users.fetch(&Script::new(&[200])).await, Ok(()));
 }
+
+/// Issue 28, item 10: `Registry::sites` took the read lock a second time
+/// while holding it, for a breaker not created yet; with a writer queued
+/// between the two (std's lock then lets no new reader in), it never
+/// returned. A writer creating breakers beside a reader listing the sites.
+#[test]
+fn listing_the_sites_beside_a_writer_does_not_deadlock() {
+    let registry: &'static Registry = Box::leak(Box::new(with("")));
+    let (done, finished) = std::sync::mpsc::channel();
+    let lister = done.clone();
+    std::thread::spawn(move || {
+        for _ in 0..20_000 {
+            assert!(!registry.sites().is_empty());
+        }
+        lister.send("lister").unwrap();
+    });
+    std::thread::spawn(move || {
+        for i in 0..20_000 {
+            let name: &'static str = Box::leak(format!("sites-writer-{i}").into_boxed_str());
+            registry.breaker(name, resilience::breaker::BreakerConfig::new());
+        }
+        done.send("writer").unwrap();
+    });
+    for _ in 0..2 {
+        finished
+            .recv_timeout(std::time::Duration::from_secs(60))
+            .expect("`Registry::sites` deadlocked beside a writer");
+    }
+}

@@ -122,6 +122,11 @@ pub fn retry_after(data: &[u8]) {
             assert!(attempts.begin().is_ok());
             match attempts.failed(Verdict::RetryAfter(hint)) {
                 Next::Retry { delay, .. } => {
+                    // A longer hint than allowed is given up on, never cut.
+                    assert!(
+                        hint <= policy.max_retry_after(),
+                        "{hint:?} was shortened to {delay:?}"
+                    );
                     // The http preset's own pauses end by 2 s (+25 % jitter).
                     let most = policy.max_retry_after().max(Duration::from_millis(2500));
                     assert!(delay <= most, "{hint:?} paused {delay:?}");

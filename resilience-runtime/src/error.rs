@@ -256,20 +256,53 @@ impl Eq for Cause {}
 /// A call rejected by a circuit breaker: the dependency is considered down.
 ///
 /// Carries the breaker's name so that the caller's logs say which
-/// dependency is down. It is never a success in disguise (the guide's rules on [circuit breaker](crate::guide#circuit-breaker)): callers
+/// dependency is down, and, when the breaker was open on its cooldown, the
+/// instant that cooldown ends ([`retry_after`](Self::retry_after)). It is
+/// never a success in disguise (the guide's rules on [circuit breaker](crate::guide#circuit-breaker)): callers
 /// either surface it or choose an explicit, marked fallback.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+///
+/// Two rejections are equal when they name the same breaker and state;
+/// the end of the cooldown is left out of the comparison and of `Debug`.
+#[derive(Clone, Copy, thiserror::Error)]
 #[error("dependency down: circuit breaker `{breaker}` is {state}")]
 pub struct DependencyDown {
     breaker: &'static str,
     state: &'static str,
+    /// When the breaker lets a probe through: the end of its cooldown, as
+    /// known when it rejected the call.
+    reopens_at: Option<tokio::time::Instant>,
 }
 
 impl DependencyDown {
     /// A rejection by the breaker `breaker`, which was in `state`
-    /// (`"open"`, `"half-open"` or `"forced open"`).
+    /// (`"open"`, `"half-open"` or `"forced open"`), with no cooldown
+    /// known.
     pub const fn new(breaker: &'static str, state: &'static str) -> Self {
-        Self { breaker, state }
+        Self {
+            breaker,
+            state,
+            reopens_at: None,
+        }
+    }
+
+    /// The same rejection by a breaker open until `at` (on tokio's clock):
+    /// what [`retry_after`](Self::retry_after) counts down to.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use resilience::DependencyDown;
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)] async fn main() {
+    /// let at = tokio::time::Instant::now() + Duration::from_secs(30);
+    /// let down = DependencyDown::new("users", "open").reopening_at(at);
+    /// assert_eq!(down.retry_after(), Some(Duration::from_secs(30)));
+    /// tokio::time::sleep(Duration::from_secs(10)).await;
+    /// assert_eq!(down.retry_after(), Some(Duration::from_secs(20)));
+    /// # }
+    /// ```
+    pub const fn reopening_at(mut self, at: tokio::time::Instant) -> Self {
+        self.reopens_at = Some(at);
+        self
     }
 
     /// The name of the breaker that rejected the call.
@@ -283,26 +316,52 @@ impl DependencyDown {
     }
 
     /// How long until the breaker lets a probe through: what is left of
-    /// its cooldown, when the breaker named [`breaker`](Self::breaker) is
-    /// in the [global registry](crate::registry::global) (every
-    /// `#[circuit_breaker]`'s is) and open, not forced. `None` otherwise:
-    /// half-open, forced open, or a breaker built on its own.
+    /// the cooldown the breaker was on when it rejected the call (zero
+    /// once it has passed). `None` when no cooldown was known: the breaker
+    /// was half-open (its probe is in flight) or forced open, or the
+    /// rejection was built by hand with [`new`](Self::new).
+    ///
+    /// It reads only what the rejection carries: no registry is looked up
+    /// or created.
     ///
     /// ```
+    /// use std::time::Duration;
+    /// use resilience::breaker::{BreakerConfig, CircuitBreaker};
     /// use resilience::DependencyDown;
     ///
-    /// // No breaker of that name was ever used: nothing known.
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)] async fn main() -> Result<(), resilience::ConfigError> {
+    /// let config = BreakerConfig::new().with_min_requests(1).with_cooldown(Duration::from_secs(30));
+    /// let breaker = CircuitBreaker::new("users", config)?;
+    /// breaker.try_acquire().unwrap().failure(); // 1 of 1 failed: open
+    /// let down = breaker.try_acquire().unwrap_err();
+    /// assert_eq!(down.retry_after(), Some(Duration::from_secs(30)));
+    /// // Built by hand: nothing known.
     /// assert_eq!(DependencyDown::new("nowhere", "open").retry_after(), None);
+    /// # Ok(()) }
     /// ```
     pub fn retry_after(&self) -> Option<Duration> {
-        crate::registry::global()
-            .breakers()
-            .into_iter()
-            .find(|breaker| breaker.name() == self.breaker)?
-            .snapshot()
-            .until_half_open
+        self.reopens_at
+            .map(|at| at.saturating_duration_since(tokio::time::Instant::now()))
     }
 }
+
+impl fmt::Debug for DependencyDown {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // The instant is left out: it differs from run to run.
+        f.debug_struct("DependencyDown")
+            .field("breaker", &self.breaker)
+            .field("state", &self.state)
+            .finish()
+    }
+}
+
+impl PartialEq for DependencyDown {
+    fn eq(&self, other: &Self) -> bool {
+        (self.breaker, self.state) == (other.breaker, other.state)
+    }
+}
+
+impl Eq for DependencyDown {}
 
 impl From<Error> for std::io::Error {
     fn from(err: Error) -> Self {

@@ -562,7 +562,14 @@ impl CircuitBreaker {
     #[inline]
     fn reject(&self, word: Word) -> DependencyDown {
         self.on_outcome(Fate::Rejected);
-        DependencyDown::new(self.inner.labels.target(), word.rejection())
+        let down = DependencyDown::new(self.inner.labels.target(), word.rejection());
+        if word.kind() == OPEN && !word.forced() {
+            // The end of the cooldown, for `DependencyDown::retry_after`:
+            // a load and an add, no clock read.
+            let until = Duration::from_nanos(self.inner.open_until.load(Acquire));
+            return down.reopening_at(self.inner.origin + until);
+        }
+        down
     }
 
     /// Every outcome of every call passes here, rejections included.

@@ -7,7 +7,7 @@ use crate::telemetry::Labels;
 /// `consumer_dead_letters_total{service,target,reason}`: a counter of
 /// messages handed to the dead-letter sink; `reason` is why the chain
 /// stopped ([`GiveUp::as_str`]: `permanent`, `exhausted`, `elapsed`,
-/// `deadline`).
+/// `deadline`, `retry_after_too_long`).
 ///
 /// ```
 /// assert_eq!(resilience::consumer::DEAD_LETTERS_TOTAL, "consumer_dead_letters_total");
@@ -37,7 +37,7 @@ pub fn describe() {
         metrics::describe_counter!(
             DEAD_LETTERS_TOTAL,
             metrics::Unit::Count,
-            "Messages handed to the dead-letter sink, by why the retry chain stopped (permanent, exhausted, elapsed, deadline)."
+            "Messages handed to the dead-letter sink, by why the retry chain stopped (permanent, exhausted, elapsed, deadline, retry_after_too_long)."
         );
         metrics::describe_counter!(
             DUPLICATES_TOTAL,

@@ -42,9 +42,8 @@ impl<T: IntoResponse> IntoResponse for MaybeStale<T> {
 
 /// Fail fast: `503 Service Unavailable`, a plain-text body naming the
 /// dependency and the breaker's state, and `Retry-After` (whole seconds,
-/// rounded up) when the breaker is registered in the
-/// [global registry](crate::registry::global) and open until a known time
-/// (see [`DependencyDown::retry_after`]). Counted in
+/// rounded up) when the breaker was open on a cooldown whose end the
+/// rejection carries (see [`DependencyDown::retry_after`]). Counted in
 /// `http_client_fallbacks_total{kind="fail_fast"}`.
 ///
 /// ```

@@ -413,8 +413,12 @@ impl Registry {
     /// The retry policy named `name`: `[retry.<name>]` of the file over the
     /// code's policy for that name over `defaults`.
     pub fn policy(&self, name: &str, defaults: PolicyBuilder) -> Policy {
-        let from_code = self
-            .read()
+        self.policy_in(&self.read(), name, defaults)
+    }
+
+    /// [`policy`](Self::policy), under the read lock the caller holds.
+    fn policy_in(&self, shared: &Shared, name: &str, defaults: PolicyBuilder) -> Policy {
+        let from_code = shared
             .code_policies
             .get(name)
             .map_or(defaults, Policy::to_builder);
@@ -493,21 +497,24 @@ impl Registry {
     /// # Ok::<(), resilience::ConfigError>(())
     /// ```
     pub fn sites(&self) -> Vec<SiteInfo> {
+        // One read lock for the whole list: taking it again while holding
+        // it deadlocks once a writer queues between the two (std's lock
+        // lets no new reader in while a writer waits).
+        let shared = self.read();
         let mut seen = std::collections::HashSet::new();
         let mut all: Vec<SiteInfo> = sites::linked()
             .filter_map(|site| {
                 let config = match site.config {
                     Defaults::Retry(defaults) => {
-                        SiteConfig::Retry(self.policy(site.name, defaults))
+                        SiteConfig::Retry(self.policy_in(&shared, site.name, defaults))
                     }
                     Defaults::Breaker(defaults) => {
                         if !seen.insert(site.name) {
                             return None;
                         }
-                        let config = match self.read().live.get(site.name) {
+                        let config = match shared.live.get(site.name) {
                             Some(live) => *live.breaker.config(),
                             None => {
-                                let shared = self.read();
                                 let from_code = shared
                                     .code_breakers
                                     .get(site.name)
@@ -522,10 +529,9 @@ impl Registry {
                         if !seen.insert(site.name) {
                             return None;
                         }
-                        let config = match self.read().families.get(site.name) {
+                        let config = match shared.families.get(site.name) {
                             Some(family) => *family.config(),
                             None => {
-                                let shared = self.read();
                                 let from_code = shared
                                     .code_families
                                     .get(site.name)

@@ -440,9 +440,13 @@ impl<R: RngCore, P: Borrow<Policy>, S: Slot> Attempts<R, P, S> {
                 .delay(retry, self.previous_delay, &mut self.rng);
         self.previous_delay = delay;
         if let Verdict::RetryAfter(asked) = verdict {
-            // A server-directed pause is bounded by the policy's maximum;
-            // the budget check below bounds it by what is left as well.
-            delay = delay.max(asked.min(self.policy().max_retry_after()));
+            // The server said when to come back: never earlier. A pause
+            // longer than the policy allows is not cut short but given up
+            // on, as one longer than the time left is below.
+            if asked > self.policy().max_retry_after() {
+                return Next::GiveUp(GiveUp::RetryAfterTooLong);
+            }
+            delay = delay.max(asked);
         }
         let budget_left = self
             .policy()

@@ -121,6 +121,12 @@ pub enum GiveUp {
     Elapsed,
     /// The caller's deadline passed, or the next pause would have crossed it.
     Deadline,
+    /// The dependency asked for a pause (`Retry-After`) longer than the
+    /// policy's [`max_retry_after`](super::Policy::max_retry_after): the
+    /// chain gives up at once rather than retry before the server said it
+    /// may (the guide: never retry earlier than asked). The caller gets the
+    /// error of the attempt made, which carries the hint.
+    RetryAfterTooLong,
     /// The chain runs inside another chain's attempt, which retries: see
     /// [`layer`](super::layer).
     Nested,
@@ -136,13 +142,15 @@ pub enum GiveUp {
 
 impl GiveUp {
     /// A short label: `permanent`, `exhausted`, `elapsed`, `deadline`,
-    /// `nested`, `in_transaction` or `budget_empty`.
+    /// `retry_after_too_long`, `nested`, `in_transaction` or
+    /// `budget_empty`.
     pub const fn as_str(self) -> &'static str {
         match self {
             GiveUp::Permanent => "permanent",
             GiveUp::Exhausted => "exhausted",
             GiveUp::Elapsed => "elapsed",
             GiveUp::Deadline => "deadline",
+            GiveUp::RetryAfterTooLong => "retry_after_too_long",
             GiveUp::Nested => "nested",
             GiveUp::InTransaction => "in_transaction",
             GiveUp::BudgetEmpty => "budget_empty",

@@ -115,11 +115,13 @@ impl Policy {
     }
 
     /// The longest pause a server's `Retry-After` (a
-    /// [`Verdict::RetryAfter`](super::Verdict::RetryAfter)) may ask for:
-    /// a longer hint is cut to it (and never exceeds what is left of
-    /// [`max_elapsed`](Self::max_elapsed) either: a chain whose pause would
-    /// not end before the budget gives up instead of sleeping). 60 s unless
-    /// set with [`PolicyBuilder::with_max_retry_after`].
+    /// [`Verdict::RetryAfter`](super::Verdict::RetryAfter)) may ask for.
+    /// A longer hint is honoured, not cut: the chain gives up at once
+    /// ([`GiveUp::RetryAfterTooLong`](super::GiveUp::RetryAfterTooLong))
+    /// and the caller gets the error that carries the hint, to come back
+    /// when the server said. A pause that would not end before what is
+    /// left of [`max_elapsed`](Self::max_elapsed) gives up the same way.
+    /// 60 s unless set with [`PolicyBuilder::with_max_retry_after`].
     ///
     /// ```
     /// use resilience::retry::Policy;
@@ -253,9 +255,11 @@ impl PolicyBuilder {
     }
 
     /// The longest pause a server's `Retry-After` may ask for (60 s by
-    /// default): a longer hint, a misconfigured or hostile server's
-    /// `Retry-After: 18446744073709551615`, is cut to this. `Duration::ZERO`
-    /// ignores the hints and keeps the computed backoff.
+    /// default). A longer hint, a busy server's `Retry-After: 90` or a
+    /// hostile one's `Retry-After: 18446744073709551615`, is never cut
+    /// short: the chain gives up at once with the error that carries it
+    /// (the guide: never retry earlier than the server asked).
+    /// `Duration::ZERO` gives up on every hint but `Retry-After: 0`.
     ///
     /// ```
     /// use resilience::retry::Policy;
