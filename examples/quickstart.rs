@@ -374,7 +374,7 @@ pub async fn run(quiet: bool) -> Report {
     let posts = server.requests_to(PAYMENTS);
     let same_key = posts
         .iter()
-        .all(|r| r.idempotency_key.as_deref() == Some(key.as_str()));
+        .all(|r| r.idempotency_header.as_deref() == Some(&*key.header_value()));
     match receipt {
         Ok(receipt) => t.at(format!(
             "✓ {:?}{}; {} attempts, same key on each: {same_key}; payments created on the server: {}",

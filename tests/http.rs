@@ -152,6 +152,9 @@ async fn a_post_carries_the_same_key_and_body_on_every_attempt() {
     assert_eq!(log.len(), 3);
     for request in &log {
         assert_eq!(request.idempotency_key.as_deref(), Some(key.as_str()));
+        // On the wire, the IETF draft's Structured Field String.
+        let quoted = format!("\"{}\"", key.as_str());
+        assert_eq!(request.idempotency_header.as_deref(), Some(&*quoted));
         assert_eq!(&request.body[..], b"amount=10");
     }
     assert!(replayed);

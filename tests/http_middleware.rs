@@ -89,7 +89,7 @@ async fn a_post_keeps_its_key_and_body_across_attempts() {
 
     let response = client
         .post(server.url(PAYMENTS))
-        .header(name, value)
+        .header(name, &value)
         .body("amount=10")
         .send()
         .await

@@ -86,8 +86,12 @@ pub struct Logged {
     pub method: Method,
     /// The path, without the query.
     pub path: String,
-    /// The `Idempotency-Key` header, if any.
+    /// The key the `Idempotency-Key` header carries, if any: read as the
+    /// idempotency layer reads it (the draft's quoted form and a bare key
+    /// alike), or the header's text when it is no valid key.
     pub idempotency_key: Option<String>,
+    /// The `Idempotency-Key` header as sent, quotes and all.
+    pub idempotency_header: Option<String>,
     /// The request body.
     pub body: Bytes,
     /// When the request arrived, on tokio's clock.
@@ -252,6 +256,14 @@ async fn play(State(inner): State<Shared>, request: Request, next: Next) -> Resp
             method: parts.method.clone(),
             path,
             idempotency_key: parts
+                .headers
+                .get("idempotency-key")
+                .and_then(|v| v.to_str().ok())
+                .map(|text| {
+                    resilience::IdempotencyKey::from_header(text)
+                        .map_or_else(|_| text.to_owned(), |key| key.as_str().to_owned())
+                }),
+            idempotency_header: parts
                 .headers
                 .get("idempotency-key")
                 .and_then(|v| v.to_str().ok())

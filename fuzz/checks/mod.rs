@@ -168,7 +168,7 @@ pub fn idempotency_key(data: &[u8]) {
     let valid = value
         .to_str()
         .ok()
-        .and_then(|text| IdempotencyKey::from_string(text).ok());
+        .and_then(|text| IdempotencyKey::from_header(text).ok());
     if let Some(key) = &valid {
         let text = key.as_str();
         assert!((1..=255).contains(&text.len()), "{text:?}");

@@ -24,7 +24,9 @@ mod sealed {
 
 /// Resilience helpers on [`reqwest::RequestBuilder`].
 pub trait RequestBuilderExt: sealed::Sealed + Sized {
-    /// Sets the `Idempotency-Key` header to `key`.
+    /// Sets the `Idempotency-Key` header to `key`, in the IETF draft's
+    /// form: a Structured Field String, `"order-42"`
+    /// ([`IdempotencyKey::header_value`]).
     ///
     /// Build the key once per logical call, outside the retried code, so
     /// that every attempt carries the same value (the guide's rules on [idempotency](crate::guide#idempotency-first-retry-second)).
@@ -39,7 +41,7 @@ pub trait RequestBuilderExt: sealed::Sealed + Sized {
     ///     .idempotency_key(&key)
     ///     .build()
     ///     .unwrap();
-    /// assert_eq!(request.headers()["idempotency-key"], "order-42");
+    /// assert_eq!(request.headers()["idempotency-key"], r#""order-42""#);
     /// # Ok::<(), resilience::ConfigError>(())
     /// ```
     fn idempotency_key(self, key: &IdempotencyKey) -> RequestBuilder;
@@ -60,7 +62,7 @@ pub trait RequestBuilderExt: sealed::Sealed + Sized {
 
 impl RequestBuilderExt for RequestBuilder {
     fn idempotency_key(self, key: &IdempotencyKey) -> RequestBuilder {
-        self.header(IDEMPOTENCY_KEY_HEADER, key.as_str())
+        self.header(IDEMPOTENCY_KEY_HEADER, key.header_value())
     }
 
     fn with_policy(self, policy: Policy) -> RetriedRequest {

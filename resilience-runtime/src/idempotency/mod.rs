@@ -107,15 +107,101 @@ impl IdempotencyKey {
         Ok(Self(key.into()))
     }
 
-    /// The key as sent in the header.
+    /// The key itself, without the quotes it travels in.
     pub fn as_str(&self) -> &str {
         &self.0
     }
 
+    /// The header's value: the key as a Structured Field String (RFC 8941
+    /// §3.3.3), in double quotes, as the IETF draft defines the field
+    /// (`Idempotency-Key = sf-string`); a `"` or `\` in the key is escaped.
+    ///
+    /// ```
+    /// use resilience::IdempotencyKey;
+    ///
+    /// let key = IdempotencyKey::from_string("8e03978e-40d5-43e8-bc93-6894a57f9324")?;
+    /// assert_eq!(key.header_value(), r#""8e03978e-40d5-43e8-bc93-6894a57f9324""#);
+    /// assert_eq!(IdempotencyKey::from_string(r#"a"b\c"#)?.header_value(), r#""a\"b\\c""#);
+    /// # Ok::<(), resilience::ConfigError>(())
+    /// ```
+    pub fn header_value(&self) -> String {
+        let mut value = String::with_capacity(self.0.len() + 2);
+        value.push('"');
+        for c in self.0.chars() {
+            if matches!(c, '"' | '\\') {
+                value.push('\\');
+            }
+            value.push(c);
+        }
+        value.push('"');
+        value
+    }
+
     /// The `(name, value)` pair of the header, for any HTTP client:
-    /// `request.header(name, value)`.
-    pub fn header(&self) -> (&'static str, &str) {
-        (IDEMPOTENCY_KEY_HEADER, self.as_str())
+    /// `request.header(name, value)`; the value is
+    /// [`header_value`](Self::header_value), the quoted form.
+    pub fn header(&self) -> (&'static str, String) {
+        (IDEMPOTENCY_KEY_HEADER, self.header_value())
+    }
+
+    /// The key a request's `Idempotency-Key` header carries: the draft's
+    /// form, a Structured Field String (`"…"`, with `\"` and `\\` escaped),
+    /// or, as clients wrote it before the draft, the bare key. Both give
+    /// the same key, so `"k-1"` and `k-1` are one key. The key inside must
+    /// then be what [`from_string`](Self::from_string) accepts (this
+    /// server's published format: 1 to 255 visible ASCII characters).
+    ///
+    /// ```
+    /// use resilience::IdempotencyKey;
+    ///
+    /// let quoted = IdempotencyKey::from_header(r#""8e03978e-40d5-43e8-bc93-6894a57f9324""#)?;
+    /// let bare = IdempotencyKey::from_header("8e03978e-40d5-43e8-bc93-6894a57f9324")?;
+    /// assert_eq!(quoted, bare);
+    /// assert_eq!(quoted.as_str(), "8e03978e-40d5-43e8-bc93-6894a57f9324");
+    /// let err = IdempotencyKey::from_header(r#""unterminated"#).unwrap_err();
+    /// assert!(err.to_string().contains("closing"), "{err}");
+    /// # Ok::<(), resilience::ConfigError>(())
+    /// ```
+    pub fn from_header(value: &str) -> Result<Self, ConfigError> {
+        let Some(quoted) = value.strip_prefix('"') else {
+            return Self::from_string(value);
+        };
+        let invalid = |reason: &str| {
+            ConfigError::new(
+                "idempotency key",
+                "Idempotency-Key",
+                shown(value),
+                format!(
+                    "{reason}; the value is a Structured Field String (RFC 8941 §3.3.3): the key in double quotes, `\\\"` and `\\\\` escaped"
+                ),
+            )
+        };
+        let mut key = String::with_capacity(quoted.len());
+        let mut chars = quoted.chars();
+        loop {
+            match chars.next() {
+                None => return Err(invalid("the closing `\"` is missing")),
+                Some('"') => break,
+                Some('\\') => match chars.next() {
+                    Some(c @ ('"' | '\\')) => key.push(c),
+                    Some(c) => {
+                        return Err(invalid(&format!(
+                            "`\\{c}` is not an escape; only `\\\"` and `\\\\` are"
+                        )));
+                    }
+                    None => return Err(invalid("the closing `\"` is missing")),
+                },
+                Some(c) => key.push(c),
+            }
+        }
+        let rest = chars.as_str();
+        if !rest.is_empty() {
+            return Err(invalid(&format!(
+                "{} follows the closing `\"`; the value is one string",
+                shown(rest)
+            )));
+        }
+        Self::from_string(key)
     }
 }
 
@@ -203,7 +289,29 @@ mod tests {
         assert!(err.to_string().contains("\"two words\""), "{err}");
         assert_eq!(
             IdempotencyKey::from_string("k-1").unwrap().header(),
-            ("Idempotency-Key", "k-1")
+            ("Idempotency-Key", "\"k-1\"".to_owned())
         );
+    }
+
+    #[test]
+    fn the_header_value_is_a_structured_field_string_and_reads_back() {
+        for key in ["k-1", "a\"b", "back\\slash", "\"", "\\"] {
+            let key = IdempotencyKey::from_string(key).unwrap();
+            let value = key.header_value();
+            assert!(value.starts_with('"') && value.ends_with('"'), "{value}");
+            assert_eq!(IdempotencyKey::from_header(&value).unwrap(), key, "{value}");
+        }
+        for bad in [
+            "\"",
+            "\"abc",
+            "\"a\\x\"",
+            "\"a\"b",
+            "\"a\";p=1",
+            "\"two words\"",
+            "\"\"",
+        ] {
+            let err = IdempotencyKey::from_header(bad).unwrap_err();
+            assert!(err.value().contains("\""), "{bad:?}: {err}");
+        }
     }
 }

@@ -254,7 +254,8 @@ fn key_of(headers: &HeaderMap) -> Result<IdempotencyKey, Rejection> {
             crate::idempotency::MAX_KEY_LEN
         ))
     })?;
-    IdempotencyKey::from_string(text).map_err(|err| Rejection::InvalidKey(err.to_string()))
+    // The draft's quoted form and the bare key are the same key.
+    IdempotencyKey::from_header(text).map_err(|err| Rejection::InvalidKey(err.to_string()))
 }
 
 /// Whether a status frees the key without the [`EffectNotApplied`] marker:

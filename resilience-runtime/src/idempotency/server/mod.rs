@@ -59,12 +59,16 @@
 //!
 //! For the guarded methods (`POST` and `PATCH` by default; every other
 //! method passes through untouched, its body streamed), with the semantics
-//! of the IETF `Idempotency-Key` header draft for `400`, `409` and `422`:
+//! of the IETF `Idempotency-Key` header draft for `400`, `409` and `422`.
+//! The key is read in the draft's form, a Structured Field String
+//! (`Idempotency-Key: "8e03978e-40d5-43e8-bc93-6894a57f9324"`), or bare as
+//! clients sent it before the draft: both are the same key
+//! ([`IdempotencyKey::from_header`](crate::IdempotencyKey::from_header)).
 //!
 //! | request | answer | handler runs? |
 //! |---|---|---|
 //! | no `Idempotency-Key` | `400 missing_idempotency_key` | no |
-//! | key not 1–255 visible ASCII characters, or sent twice | `400 invalid_idempotency_key` | no |
+//! | key not 1–255 visible ASCII characters, or sent twice, or a malformed quoted form | `400 invalid_idempotency_key` | no |
 //! | body over `max_request_body` | `413 request_body_too_large` | no |
 //! | new key | the handler's response, stored (see above) | once |
 //! | key seen, same request, completed | the stored response + `X-Idempotency-Replay: true` | no |
