@@ -179,6 +179,7 @@ impl Site for RetrySite {
             in_impl: self.default_name && self.in_impl,
             budget: self.budget.or(self.target),
             config: Defaults::Retry(self.defaults),
+            at: None,
         }
     }
 }
@@ -190,6 +191,7 @@ impl<C: SiteKind> Site for BreakerSite<C> {
             in_impl: false,
             budget: None,
             config: self.defaults.declared(),
+            at: Some(self.at),
         }
     }
 }
@@ -786,6 +788,8 @@ impl SiteKind for FamilyConfig {
 pub struct BreakerSite<C: SiteKind = BreakerConfig> {
     name: &'static str,
     defaults: C,
+    /// Where the attribute is written, for an error naming the site.
+    at: &'static std::panic::Location<'static>,
     /// The breaker and the labels, resolved together (see [`RetrySite`]).
     resolved: OnceLock<(&'static C::Target, Labels)>,
     fallbacks: AtomicU64,
@@ -796,11 +800,14 @@ pub type FamilySite = BreakerSite<FamilyConfig>;
 
 impl<C: SiteKind> BreakerSite<C> {
     /// A site for the breaker (or family) `name`, whose attribute asked
-    /// for `defaults` (checked at compile time).
+    /// for `defaults` (checked at compile time). Called in the attribute's
+    /// expansion, whose location it keeps.
+    #[track_caller]
     pub const fn new(name: &'static str, defaults: C) -> Self {
         Self {
             name,
             defaults,
+            at: std::panic::Location::caller(),
             resolved: OnceLock::new(),
             fallbacks: AtomicU64::new(0),
         }

@@ -33,6 +33,18 @@ async fn list_orders(script: &Script) -> Result<(), ClientError> {
     script.send().await
 }
 
+// Issue 28, item 8: `min = 50` is fine alone, and so is a file's
+// `window_calls = 30`; together the breaker could never trip.
+#[circuit_breaker(name = "combined", min = 50)]
+async fn combined(script: &Script) -> Result<(), ClientError> {
+    script.send().await
+}
+
+#[retry(name = "timed", max_elapsed = "1s", attempt_timeout = "500ms")]
+async fn get_timed(script: &Script) -> Result<(), ClientError> {
+    script.send().await
+}
+
 #[retry(max = 4)]
 async fn get_unnamed(script: &Script) -> Result<(), ClientError> {
     script.send().await
@@ -302,6 +314,77 @@ async fn the_sites_run() {
     assert_eq!(get_stock(&Script::new(&[200])).await, Ok(()));
     assert_eq!(get_unnamed(&Script::new(&[200])).await, Ok(()));
     assert_eq!(Users.fetch(&Script::new(&[200])).await, Ok(()));
+    assert_eq!(combined(&Script::new(&[200])).await, Ok(()));
+    assert_eq!(get_timed(&Script::new(&[200])).await, Ok(()));
+}
+
+/// Issue 28, item 8: each part was checked alone, the combination at the
+/// first call, where an invalid one was dropped with one ERROR line while
+/// `Registry::sites` listed it as in force. Now the registry is refused,
+/// naming the section, where the other values come from, and the value.
+#[test]
+fn a_section_that_combines_badly_with_the_attribute_is_refused_when_built() {
+    let err = Registry::builder()
+        .config_str("[breakers.combined]\nwindow_calls = 30\n", "config.toml")
+        .unwrap()
+        .build()
+        .unwrap_err();
+    assert_eq!(err.errors().count(), 1, "{err}");
+    assert!(
+        err.subject().starts_with(
+            "[breakers.combined] of `config.toml` over the attribute at tests/registry_sites.rs:"
+        ),
+        "{err}"
+    );
+    assert!(err.to_string().contains("50"), "{err}");
+    assert!(err.to_string().contains("30"), "{err}");
+
+    // A retry section: `max_elapsed` under the attribute's attempt timeout,
+    // reported with the breaker's, at once.
+    let err = Registry::builder()
+        .config_str(
+            "[breakers.combined]\nwindow_calls = 30\n\n[retry.timed]\nmax_elapsed = \"400ms\"\n",
+            "config.toml",
+        )
+        .unwrap()
+        .build()
+        .unwrap_err();
+    let subjects: Vec<_> = err.errors().map(|e| e.subject().to_owned()).collect();
+    assert_eq!(subjects.len(), 2, "{err}");
+    assert!(
+        subjects[1]
+            .starts_with("[retry.timed] of `config.toml` over the values of `#[retry]` `timed`"),
+        "{err}"
+    );
+    // Each alone is fine.
+    with("[breakers.combined]\nwindow_calls = 60\n\n[retry.timed]\nmax_elapsed = \"2s\"\n");
+}
+
+/// Issue 28, item 7: a layer registered its name with
+/// `BreakerConfig::new()`, so a layer built at startup (the usual case)
+/// made the breaker `min = 20` whatever the `#[circuit_breaker]` of that
+/// name said. Every site is known when the registry is built: the layer
+/// gets the attribute's configuration, before or after the sites run.
+#[tokio::test(start_paused = true)]
+async fn a_layer_built_before_any_call_gets_the_attributes_configuration() {
+    let registry = with("");
+    let layer = resilience::tower::ResilienceLayer::from_registry(&registry, "inventory");
+    let breaker = layer.breaker().unwrap();
+    assert_eq!(breaker.config().min_requests(), 3, "the attribute's `min`");
+    assert!(std::ptr::eq(
+        registry.find_breaker("inventory").unwrap(),
+        registry.breaker(
+            "inventory",
+            resilience::breaker::BreakerConfig::new().with_min_requests(3)
+        ),
+    ));
+    // The file still wins over the attribute, for the layer too.
+    let registry = with("[breakers.inventory]\nmin = 9\n");
+    let layer = resilience::tower::ResilienceLayer::from_registry(&registry, "inventory");
+    assert_eq!(layer.breaker().unwrap().config().min_requests(), 9);
+    // A name no site declares: the defaults, as before.
+    let layer = resilience::tower::ResilienceLayer::from_registry(&registry, "layer-only");
+    assert_eq!(layer.breaker().unwrap().config().min_requests(), 20);
 }
 
 /// Issue 28, item 10: `Registry::sites` took the read lock a second time

@@ -173,7 +173,8 @@ macro_rules! layer_builder {
             /// [`registry`](crate::registry::global): what the config file or the
             /// code registered for `name`, else the HTTP defaults. The breaker is
             /// the one every `#[circuit_breaker(name = ...)]` of the same name
-            /// shares. A name that only layers use (no attribute carries it) is
+            /// shares, configured as those sites declare it whether the layer
+            /// is built before or after their first call. A name that only layers use (no attribute carries it) is
             /// declared in the builder
             /// ([`RegistryBuilder::breaker`](crate::registry::RegistryBuilder::breaker),
             /// [`RegistryBuilder::policy`](crate::registry::RegistryBuilder::policy))
@@ -194,11 +195,7 @@ macro_rules! layer_builder {
                 Self {
                     name,
                     policy: registry.policy(name, $crate::retry::PolicyBuilder::http()),
-                    breaker: Some(
-                        registry
-                            .breaker(name, $crate::breaker::BreakerConfig::new())
-                            .clone(),
-                    ),
+                    breaker: Some(registry.layer_breaker(name).clone()),
                     hedge: None,
                 }
             }

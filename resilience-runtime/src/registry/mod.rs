@@ -82,10 +82,24 @@
 //!
 //! # Rules
 //!
-//! - **First registration wins.** When two call sites give different
-//!   attribute values for the same name, the breaker keeps the first one's
-//!   and the registry logs a WARN naming both configurations: make them
-//!   agree, or move the setting to the config file.
+//! - **One configuration per name, whatever runs first.** Every
+//!   `#[circuit_breaker]` site is known when the registry is built, so the
+//!   configuration of each name is resolved then (the file over the code
+//!   over the attributes), and the breaker is the same whichever of a site,
+//!   a layer (`ResilienceLayer::named`,
+//!   `ResilienceMiddleware::named`) or [`Registry::find_breaker`] creates
+//!   it. Two sites of one name with different settings are refused when
+//!   the registry is built ([`install`], or the first call), the error
+//!   naming both sites and the settings that differ: make them agree, or
+//!   set the name once in the config file or in code. Only a name that no
+//!   site and no code configures is created with the values of its first
+//!   caller ([`Registry::breaker`]), and a later caller with other values
+//!   gets a WARN.
+//! - **Every combination is checked before the first call.** The file's
+//!   sections, the code and the attributes' values are combined and
+//!   checked when the registry is built: a `[breakers.x] window_calls = 30`
+//!   over `#[circuit_breaker(name = "x", min = 50)]` is an error then, not
+//!   a section dropped at the first call.
 //! - **A breaker's configuration is fixed once it exists.**
 //!   [`Registry::reconfigure`] refuses a breaker already created (a call
 //!   went through it) with an error; before that it applies. Swapping the
@@ -214,6 +228,17 @@ pub fn install(registry: Registry) -> Result<&'static Registry, ConfigError> {
     Ok(global())
 }
 
+/// The site `module::fn` a `[retry."module::Type::fn"]` section names, the
+/// type left out: the type of a method's impl is known only once it runs.
+fn method_section(section: &str) -> Option<&'static str> {
+    let (path, function) = section.rsplit_once("::")?;
+    let (module, _ty) = path.rsplit_once("::")?;
+    let name = format!("{module}::{function}");
+    sites::linked()
+        .map(|site| site.name)
+        .find(|site| *site == name)
+}
+
 /// `name` as a TOML key: bare when it can be, quoted otherwise (a name
 /// with `::` or `.`).
 pub(crate) fn toml_key(name: &str) -> String {
@@ -234,7 +259,164 @@ pub struct Registry {
     /// are `'static` too.
     service: &'static str,
     file: FileConfig,
+    /// The attributes' configuration of each breaker and family name,
+    /// resolved once when the registry is built.
+    declared: Declared,
     state: RwLock<Shared>,
+}
+
+/// What the `#[circuit_breaker]` sites linked into the program declare, one
+/// configuration per name: every site is known at link time, so a breaker
+/// is configured the same whichever site, layer or lookup creates it first.
+#[derive(Debug, Default)]
+struct Declared {
+    breakers: HashMap<&'static str, BreakerConfig>,
+    families: HashMap<&'static str, FamilyConfig>,
+}
+
+impl Declared {
+    /// One configuration per name from the linked sites; two sites of one
+    /// name that disagree are an error naming both and the settings that
+    /// differ, unless the code gives that name a whole configuration of
+    /// its own (the attributes' values are then not used).
+    fn resolve(shared: &Shared) -> Result<Declared, ConfigError> {
+        type Seen<C> = HashMap<&'static str, (C, Option<&'static std::panic::Location<'static>>)>;
+        let mut breakers: Seen<BreakerConfig> = HashMap::new();
+        let mut families: Seen<FamilyConfig> = HashMap::new();
+        let mut errors = Vec::new();
+        let mut sites: Vec<SiteDefaults> = sites::linked().collect();
+        // A stable order, for the same error from one run to the next.
+        sites.sort_by_key(|site| site.at.map(|at| (at.file(), at.line(), at.column())));
+        for site in sites {
+            let (first, config) = match site.config {
+                Defaults::Breaker(config) => {
+                    if shared.code_breakers.contains_key(site.name) {
+                        continue;
+                    }
+                    match breakers.get(site.name) {
+                        None => {
+                            breakers.insert(site.name, (config, site.at));
+                            continue;
+                        }
+                        Some(&(first, at)) if first != config => (at, differences(&first, &config)),
+                        Some(_) => continue,
+                    }
+                }
+                Defaults::Family(config) => {
+                    if shared.code_families.contains_key(site.name) {
+                        continue;
+                    }
+                    match families.get(site.name) {
+                        None => {
+                            families.insert(site.name, (config, site.at));
+                            continue;
+                        }
+                        Some(&(first, at)) if first != config => {
+                            let mut differ = differences(first.breaker(), config.breaker());
+                            if first.max_members() != config.max_members() {
+                                differ.push(format!(
+                                    "`max_members` {} and {}",
+                                    first.max_members(),
+                                    config.max_members()
+                                ));
+                            }
+                            if first.idle() != config.idle() {
+                                differ.push(format!(
+                                    "`idle` {:?} and {:?}",
+                                    first.idle(),
+                                    config.idle()
+                                ));
+                            }
+                            if differ.is_empty() {
+                                differ.push(format!("{first:?} and {config:?}"));
+                            }
+                            (at, differ)
+                        }
+                        Some(_) => continue,
+                    }
+                }
+                Defaults::Retry(_) => continue,
+            };
+            let place = |at: Option<&std::panic::Location<'_>>| {
+                at.map_or_else(|| "a site".to_owned(), |at| format!("the site at {at}"))
+            };
+            errors.push(ConfigError::new(
+                format!("circuit breaker `{}`", site.name),
+                "attributes",
+                config.join(", "),
+                format!(
+                    "{} and {} both write `#[circuit_breaker(name = \"{}\")]` with other settings, so the breaker would run with the settings of whichever is called first; give both the same settings, or set them once in the config file (`[breakers.{}]`) or in code (`RegistryBuilder::breaker`)",
+                    place(first),
+                    place(site.at),
+                    site.name,
+                    toml_key(site.name),
+                ),
+            ));
+        }
+        if let Some(err) = ConfigError::combine(errors) {
+            return Err(err);
+        }
+        Ok(Declared {
+            breakers: breakers.into_iter().map(|(k, (c, _))| (k, c)).collect(),
+            families: families.into_iter().map(|(k, (c, _))| (k, c)).collect(),
+        })
+    }
+}
+
+/// The settings in which `a` and `b` differ, in the attributes' words:
+/// "`cooldown` 2s and 30s".
+fn differences(a: &BreakerConfig, b: &BreakerConfig) -> Vec<String> {
+    let mut differ = Vec::new();
+    let mut check = |key: &str, a: String, b: String| {
+        if a != b {
+            differ.push(format!("`{key}` {a} and {b}"));
+        }
+    };
+    check(
+        "min",
+        a.min_requests().to_string(),
+        b.min_requests().to_string(),
+    );
+    check(
+        "ratio",
+        a.failure_ratio().to_string(),
+        b.failure_ratio().to_string(),
+    );
+    check(
+        "window",
+        format!("{:?}", a.window()),
+        format!("{:?}", b.window()),
+    );
+    check(
+        "cooldown",
+        format!("{:?}", a.cooldown()),
+        format!("{:?}", b.cooldown()),
+    );
+    check(
+        "half_open",
+        a.half_open().to_string(),
+        b.half_open().to_string(),
+    );
+    check(
+        "probe_timeout",
+        format!("{:?}", a.probe_timeout()),
+        format!("{:?}", b.probe_timeout()),
+    );
+    check(
+        "slow_call",
+        format!("{:?}", a.slow_call()),
+        format!("{:?}", b.slow_call()),
+    );
+    check(
+        "shared",
+        format!("{:?}", a.sharing()),
+        format!("{:?}", b.sharing()),
+    );
+    if differ.is_empty() {
+        // A setting not named above: show both whole.
+        differ.push(format!("{a:?} and {b:?}"));
+    }
+    differ
 }
 
 #[derive(Default)]
@@ -295,21 +477,57 @@ impl Registry {
             }
             return live.breaker;
         }
-        let config = self.resolve(&shared, name, defaults);
+        // The attributes' configuration of the name wins over the values
+        // of whichever caller comes first.
+        let first = match self.declared.breakers.get(name) {
+            Some(&declared) => {
+                if declared != defaults {
+                    tracing::warn!(
+                        breaker = name,
+                        declared = ?declared,
+                        ignored = ?defaults,
+                        "circuit breaker `{name}` is configured by its `#[circuit_breaker]` sites; the values given here are not used (move them to the config file or to `RegistryBuilder::breaker`)"
+                    );
+                }
+                declared
+            }
+            None => defaults,
+        };
+        let config = self.resolve(&shared, name, first);
         let breaker: &'static CircuitBreaker = Box::leak(Box::new(config));
         for hook in shared.hooks.get(name).into_iter().flatten() {
             let hook = hook.clone();
             breaker.on_state_change(move |name, from, to| hook(name, from, to));
         }
+        let warned = if first == defaults {
+            Vec::new()
+        } else {
+            vec![defaults]
+        };
         shared.live.insert(
             name,
             Live {
                 breaker,
-                first: defaults,
-                warned: Vec::new(),
+                first,
+                warned,
             },
         );
         breaker
+    }
+
+    /// The breaker `name` for an HTTP or tower layer: the configuration
+    /// its `#[circuit_breaker]` sites declare, or the code's, or the
+    /// defaults when nothing names it; never one of the layer's own, so
+    /// that the breaker is the same whichever of the layer and the sites
+    /// comes first.
+    pub(crate) fn layer_breaker(&self, name: &'static str) -> &'static CircuitBreaker {
+        let defaults = self
+            .declared
+            .breakers
+            .get(name)
+            .copied()
+            .unwrap_or_default();
+        self.breaker(name, defaults)
     }
 
     fn resolve(
@@ -364,7 +582,13 @@ impl Registry {
         if let Some(family) = shared.families.get(name) {
             return family;
         }
-        let from_code = shared.code_families.get(name).copied().unwrap_or(defaults);
+        let declared = self
+            .declared
+            .families
+            .get(name)
+            .copied()
+            .unwrap_or(defaults);
+        let from_code = shared.code_families.get(name).copied().unwrap_or(declared);
         let config = self.file.family(name, from_code);
         let family = BreakerFamily::new_in(self.service, name, config).unwrap_or_else(|err| {
             // Each part was checked on its own; only their combination
@@ -458,12 +682,9 @@ impl Registry {
         if let Some(live) = self.read().live.get(name) {
             return Some(live.breaker);
         }
-        let site = sites::linked().find_map(|site| match site.config {
-            Defaults::Breaker(config) if site.name == name => Some((site.name, config)),
-            _ => None,
-        });
+        let site = self.declared.breakers.get_key_value(name);
         match site {
-            Some((name, config)) => Some(self.breaker(name, config)),
+            Some((&name, &config)) => Some(self.breaker(name, config)),
             None => {
                 let config = *self.read().code_breakers.get(name)?;
                 let name: &'static str = Box::leak(name.to_owned().into_boxed_str());
@@ -512,6 +733,12 @@ impl Registry {
                         if !seen.insert(site.name) {
                             return None;
                         }
+                        let defaults = self
+                            .declared
+                            .breakers
+                            .get(site.name)
+                            .copied()
+                            .unwrap_or(defaults);
                         let config = match shared.live.get(site.name) {
                             Some(live) => *live.breaker.config(),
                             None => {
@@ -529,6 +756,12 @@ impl Registry {
                         if !seen.insert(site.name) {
                             return None;
                         }
+                        let defaults = self
+                            .declared
+                            .families
+                            .get(site.name)
+                            .copied()
+                            .unwrap_or(defaults);
                         let config = match shared.families.get(site.name) {
                             Some(family) => *family.config(),
                             None => {
@@ -551,6 +784,125 @@ impl Registry {
             .collect();
         all.sort_by_key(|site| (!matches!(site.config, SiteConfig::Retry(_)), site.name));
         all
+    }
+
+    /// Checks every configuration the file and the code combine into with
+    /// the attributes' values, as the first call would build it: each part
+    /// was checked alone, but `[breakers.x] window_calls = 30` over
+    /// `#[circuit_breaker(name = "x", min = 50)]` is a breaker that could
+    /// never trip. Every such combination is reported at once, naming the
+    /// section and where the other values come from; nothing is left to
+    /// fail, and be dropped, at the first call.
+    fn check_combinations(&self) -> Result<(), ConfigError> {
+        let shared = self.read();
+        let origin = self.file.origin().unwrap_or("config");
+        let mut errors = Vec::new();
+        let mut report = |kind: &str, name: &str, over: String, err: ConfigError| {
+            for err in err.into_all() {
+                errors.push(err.with_subject(format!(
+                    "[{kind}.{}] of `{origin}` over {over}",
+                    toml_key(name)
+                )));
+            }
+        };
+        let declared_at = |name: &str| {
+            sites::linked()
+                .filter(|site| site.name == name)
+                .find_map(|site| site.at)
+                .map_or_else(
+                    || format!("the attribute of `{name}`"),
+                    |at| format!("the attribute at {at}"),
+                )
+        };
+        let mut breakers: Vec<(&str, BreakerConfig, String)> = Vec::new();
+        for (name, config) in &shared.code_breakers {
+            breakers.push((
+                name,
+                *config,
+                "the code's `RegistryBuilder::breaker`".to_owned(),
+            ));
+        }
+        for (name, config) in &self.declared.breakers {
+            if !shared.code_breakers.contains_key(*name) {
+                breakers.push((name, *config, declared_at(name)));
+            }
+        }
+        breakers.sort_by(|a, b| a.0.cmp(b.0));
+        for (name, base, over) in breakers {
+            if let Err(err) = self.file.breaker(name, base).validate() {
+                report("breakers", name, over, err);
+            }
+        }
+        let mut families: Vec<(&str, FamilyConfig, String)> = Vec::new();
+        for (name, config) in &shared.code_families {
+            families.push((
+                name,
+                *config,
+                "the code's `RegistryBuilder::family`".to_owned(),
+            ));
+        }
+        for (name, config) in &self.declared.families {
+            if !shared.code_families.contains_key(*name) {
+                families.push((name, *config, declared_at(name)));
+            }
+        }
+        families.sort_by(|a, b| a.0.cmp(b.0));
+        for (name, base, over) in families {
+            if let Err(err) = self.file.family(name, base).validate() {
+                report("breakers", name, over, err);
+            }
+        }
+        // Retry policies: each site's (a method's through the sections of
+        // its impls' types), and each given in code.
+        let mut policies: Vec<(String, PolicyBuilder, String)> = Vec::new();
+        for (name, policy) in &shared.code_policies {
+            policies.push((
+                name.clone(),
+                policy.to_builder(),
+                "the code's `RegistryBuilder::policy`".to_owned(),
+            ));
+        }
+        for site in sites::linked() {
+            let Defaults::Retry(defaults) = site.config else {
+                continue;
+            };
+            let over = format!("the values of `#[retry]` `{}`", site.name);
+            if site.in_impl {
+                for section in self.file.retry_names() {
+                    if method_section(section) == Some(site.name)
+                        && !shared.code_policies.contains_key(section)
+                    {
+                        policies.push((section.to_owned(), defaults, over.clone()));
+                    }
+                }
+            } else if !shared.code_policies.contains_key(site.name) {
+                policies.push((site.name.to_owned(), defaults, over));
+            }
+        }
+        policies.sort_by(|a, b| a.0.cmp(&b.0));
+        policies.dedup_by(|a, b| a.0 == b.0);
+        for (name, base, over) in policies {
+            if let Err(err) = self.file.policy(&name, base).build() {
+                report("retry", &name, over, err);
+            }
+        }
+        let mut budgets: Vec<(&str, BudgetConfig)> = shared
+            .code_budgets
+            .iter()
+            .map(|(name, config)| (name.as_str(), *config))
+            .collect();
+        budgets.sort_by(|a, b| a.0.cmp(b.0));
+        for (name, base) in budgets {
+            if let Err(err) = self.file.budget(name, base).validate() {
+                report(
+                    "budgets",
+                    name,
+                    "the code's `RegistryBuilder::budget`".to_owned(),
+                    err,
+                );
+            }
+        }
+        ConfigError::combine(errors).map_or(Ok(()), Err)
     }
 
     /// Checks that each config section names a linked site or a name given
@@ -581,11 +933,7 @@ impl Registry {
             linked.iter().any(|site| {
                 site.in_impl
                     && matches!(site.config, Defaults::Retry(_))
-                    && section.rsplit_once("::").is_some_and(|(path, function)| {
-                        path.rsplit_once("::").is_some_and(|(module, _ty)| {
-                            site.name == format!("{module}::{function}")
-                        })
-                    })
+                    && method_section(section) == Some(site.name)
             })
         };
         let origin = self.file.origin().unwrap_or("config");
@@ -889,7 +1237,10 @@ impl RegistryBuilder {
                 .validate()
                 .map_err(|err| err.with_subject(format!("retry budget `{name}`")))?;
         }
-        Ok(self.build_lenient())
+        let declared = Declared::resolve(&self.shared)?;
+        let registry = self.build_lenient(declared);
+        registry.check_combinations()?;
+        Ok(registry)
     }
 
     /// [`build`](Self::build), then the check of [`install`].
@@ -899,7 +1250,7 @@ impl RegistryBuilder {
         Ok(registry)
     }
 
-    fn build_lenient(self) -> Registry {
+    fn build_lenient(self, declared: Declared) -> Registry {
         let file = self.file.unwrap_or_default();
         let service = file
             .service()
@@ -909,6 +1260,7 @@ impl RegistryBuilder {
         Registry {
             service: Box::leak(service.into_boxed_str()),
             file,
+            declared,
             state: RwLock::new(self.shared),
         }
     }

@@ -37,6 +37,9 @@ pub struct SiteDefaults {
     pub budget: Option<&'static str>,
     /// The attribute's values.
     pub config: Defaults,
+    /// Where the attribute is written (a `#[circuit_breaker]`'s), for an
+    /// error naming the site.
+    pub at: Option<&'static std::panic::Location<'static>>,
 }
 
 /// The attribute's values of one site.
