@@ -60,7 +60,10 @@ fn test_back_off() {
     backoff.validate().unwrap();
     let expected = [500, 1000, 2000, 4000, 5000, 5000, 5000, 5000, 5000, 5000];
     for seed in 0..200 {
-        let delays: Vec<Duration> = backoff.delays(SmallRng::seed_from_u64(seed)).take(10).collect();
+        let delays: Vec<Duration> = backoff
+            .delays(SmallRng::seed_from_u64(seed))
+            .take(10)
+            .collect();
         for (delay, expected) in delays.iter().zip(expected) {
             let low = ms(expected).mul_f64(0.9) - Duration::from_nanos(1);
             let high = ms(expected).mul_f64(1.1) + Duration::from_nanos(1);
@@ -98,7 +101,10 @@ fn test_back_off_overflow() {
     let delay = backoff.delay(1, Duration::ZERO, &mut rng);
     // The cap, randomized by the default ±25 % (jitter applies on top of
     // the cap in cenkalti too).
-    assert!(delay >= max.mul_f64(0.75) && delay <= max.mul_f64(1.25), "{delay:?}");
+    assert!(
+        delay >= max.mul_f64(0.75) && delay <= max.mul_f64(1.25),
+        "{delay:?}"
+    );
 }
 
 /// `TestNewExponentialBackOff`: options read back: initial 1 s, multiplier
@@ -137,7 +143,10 @@ async fn test_max_elapsed_time() {
         .await
         .unwrap_err();
     assert!(
-        matches!(err, OpError::Runtime(resilience::Error::BudgetExhausted { .. })),
+        matches!(
+            err,
+            OpError::Runtime(resilience::Error::BudgetExhausted { .. })
+        ),
         "{err:?}"
     );
     assert_eq!(started.elapsed(), Duration::from_secs(900));
@@ -192,7 +201,10 @@ async fn test_retry_context() {
     .await
     .unwrap_err();
     assert!(
-        matches!(err, OpError::Runtime(resilience::Error::DeadlineExceeded { .. })),
+        matches!(
+            err,
+            OpError::Runtime(resilience::Error::DeadlineExceeded { .. })
+        ),
         "{err:?}"
     );
     assert_eq!(calls.load(Ordering::SeqCst), 3);
@@ -219,7 +231,10 @@ async fn test_retry_permanent() {
             .unwrap_err();
         let expected = if should_retry { 2 } else { 1 };
         assert_eq!(calls.load(Ordering::SeqCst), expected, "{name}");
-        assert!(matches!(err, OpError::Permanent | OpError::Eof), "{name}: {err:?}");
+        assert!(
+            matches!(err, OpError::Permanent | OpError::Eof),
+            "{name}: {err:?}"
+        );
     }
 }
 
@@ -239,7 +254,10 @@ async fn test_context() {
     .await
     .unwrap_err();
     assert!(
-        matches!(err, OpError::Runtime(resilience::Error::DeadlineExceeded { .. })),
+        matches!(
+            err,
+            OpError::Runtime(resilience::Error::DeadlineExceeded { .. })
+        ),
         "{err:?}"
     );
     assert_eq!(calls.load(Ordering::SeqCst), 0);

@@ -9,6 +9,7 @@
 //!
 //! Run it alone with `cargo test --all-features --test conformance`.
 
+mod backoff;
 mod budget;
 mod gobreaker;
 mod guide;
