@@ -71,6 +71,16 @@ pub enum Error {
     /// A circuit breaker rejected the call without running it.
     #[error(transparent)]
     DependencyDown(#[from] DependencyDown),
+    /// A load limiter ([`limit`](crate::limit)) shed the call (or one of
+    /// its attempts) before it was sent: a bulkhead or an adaptive
+    /// concurrency limit was full, or the client-side throttle rejected it.
+    ///
+    /// Not retried, and says nothing about the dependency for the breaker
+    /// ([`Verdict::Ignored`](crate::Verdict::Ignored)): the dependency never
+    /// saw the call. A `fallback =` answers it, as it answers an open
+    /// breaker.
+    #[error(transparent)]
+    Overloaded(#[from] Overloaded),
     /// A retry chain was started inside a database transaction opened by
     /// the transaction helper (`db::transaction`, feature `sqlx-postgres`),
     /// and refused before its first attempt.
@@ -363,6 +373,101 @@ impl PartialEq for DependencyDown {
 
 impl Eq for DependencyDown {}
 
+/// A call shed by a load limiter (see [`limit`](crate::limit)) before it
+/// was sent.
+///
+/// Carries the limiter's name, which of its parts shed the call, and the
+/// concurrency limit in force then (none for the throttle), so that the
+/// caller's logs say which dependency is overloaded and why.
+///
+/// ```
+/// use resilience::{Classify, Error, Verdict};
+/// use resilience::limit::{Bulkhead, Priority};
+///
+/// let bulkhead = Bulkhead::new("user", 1)?;
+/// let _held = bulkhead.try_acquire(Priority::Default)?;
+/// let shed = bulkhead.try_acquire(Priority::Default).unwrap_err();
+/// assert_eq!(shed.limiter(), "user");
+/// assert_eq!(
+///     shed.to_string(),
+///     "overloaded: the bulkhead of `user` is full (limit 1 in flight); the call was not sent",
+/// );
+/// assert_eq!(Error::from(shed).classify(), Verdict::Ignored);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("overloaded: {}; the call was not sent", self.describe())]
+pub struct Overloaded {
+    limiter: &'static str,
+    by: ShedBy,
+    limit: u32,
+}
+
+/// Which part of a load limiter shed a call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ShedBy {
+    /// A bulkhead: a fixed number of calls in flight.
+    Bulkhead,
+    /// An adaptive concurrency limit (Vegas).
+    ConcurrencyLimit,
+    /// The client-side throttle (the SRE book's adaptive throttling).
+    Throttle,
+}
+
+impl ShedBy {
+    /// The metric label value: `bulkhead`, `concurrency_limit` or
+    /// `throttle`.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            ShedBy::Bulkhead => "bulkhead",
+            ShedBy::ConcurrencyLimit => "concurrency_limit",
+            ShedBy::Throttle => "throttle",
+        }
+    }
+}
+
+impl Overloaded {
+    /// A call shed by the part `by` of the limiter `limiter`, whose
+    /// concurrency limit was `limit` (0 for the throttle).
+    pub const fn new(limiter: &'static str, by: ShedBy, limit: u32) -> Self {
+        Self { limiter, by, limit }
+    }
+
+    /// The name of the limiter that shed the call.
+    pub const fn limiter(&self) -> &'static str {
+        self.limiter
+    }
+
+    /// Which of its parts shed it.
+    pub const fn by(&self) -> ShedBy {
+        self.by
+    }
+
+    /// The concurrency limit in force when the call was shed (0 when the
+    /// throttle shed it).
+    pub const fn limit(&self) -> u32 {
+        self.limit
+    }
+
+    fn describe(&self) -> String {
+        match self.by {
+            ShedBy::Bulkhead => format!(
+                "the bulkhead of `{}` is full (limit {} in flight)",
+                self.limiter, self.limit
+            ),
+            ShedBy::ConcurrencyLimit => format!(
+                "the adaptive concurrency limit of `{}` is reached (limit {} in flight)",
+                self.limiter, self.limit
+            ),
+            ShedBy::Throttle => format!(
+                "the client-side throttle of `{}` rejected it (the dependency accepted too few of the recent calls)",
+                self.limiter
+            ),
+        }
+    }
+}
+
 impl From<Error> for std::io::Error {
     fn from(err: Error) -> Self {
         let kind = match err {
@@ -370,6 +475,9 @@ impl From<Error> for std::io::Error {
             | Error::BudgetExhausted { .. }
             | Error::DeadlineExceeded { .. } => std::io::ErrorKind::TimedOut,
             Error::DependencyDown(_) => std::io::ErrorKind::ConnectionRefused,
+            // Not `WouldBlock` or a connection error: nothing was sent, and
+            // a classifier that reads only the kind must not retry it.
+            Error::Overloaded(_) => std::io::ErrorKind::Other,
             // `Other`, not a connection error kind: a classifier that reads
             // only the kind must not take it for a retryable reset.
             Error::RetryInsideTransaction | Error::CommitOutcomeUnknown { .. } => {

@@ -9,6 +9,8 @@
 //!   down;
 //! - [`registry`]: named breakers and retry policies, configured at startup
 //!   from code and from a TOML file;
+//! - [`limit`]: load limiting: a bulkhead, an adaptive concurrency limit
+//!   (Vegas) and client-side throttling, with per-call priorities;
 //! - [`deadline`]: the caller's deadline, scoped to a task;
 //! - [`consumer`]: background consumers that retry a message under the
 //!   `background` preset and hand a poison one to a dead-letter queue;
@@ -46,6 +48,7 @@ pub mod guide {}
 #[doc = include_str!("clients_that_retry.md")]
 pub mod clients_that_retry {}
 pub mod idempotency;
+pub mod limit;
 #[cfg(any(feature = "idempotency-redis", feature = "breaker-redis"))]
 mod redis_link;
 pub mod registry;
@@ -55,7 +58,7 @@ pub mod telemetry;
 pub mod tower;
 
 pub use breaker::{BreakerConfig, CircuitBreaker};
-pub use error::{Cause, ConfigError, DependencyDown, Error};
+pub use error::{Cause, ConfigError, DependencyDown, Error, Overloaded};
 pub use idempotency::IdempotencyKey;
 pub use registry::Registry;
 pub use retry::{Classify, Outcome, Policy, Verdict};

@@ -77,7 +77,7 @@ impl IntoResponse for DependencyDown {
 
 /// [`Error::DependencyDown`] as [`DependencyDown`]'s response (503); a
 /// timeout, a passed deadline or a spent retry budget as `504 Gateway
-/// Timeout`; a retry refused inside a transaction (a bug in the calling
+/// Timeout`; a call shed by a load limiter as `503`; a retry refused inside a transaction (a bug in the calling
 /// code) as `500`. The body is the error's message.
 ///
 /// ```
@@ -91,6 +91,9 @@ impl IntoResponse for Error {
     fn into_response(self) -> Response {
         let status = match &self {
             Error::DependencyDown(down) => return down.into_response(),
+            // Shed before it was sent: this process is over its limit for
+            // the dependency, so it is unavailable here, now.
+            Error::Overloaded(_) => StatusCode::SERVICE_UNAVAILABLE,
             Error::AttemptTimeout(_)
             | Error::DeadlineExceeded { .. }
             | Error::BudgetExhausted { .. } => StatusCode::GATEWAY_TIMEOUT,

@@ -68,11 +68,15 @@ use crate::retry::{Classify, Outcome, Reason};
 use crate::telemetry::Fallback;
 
 /// Whether `error` calls for a fallback: the dependency failed (a 5xx, a
-/// timeout, a network error) or a breaker rejected the call (which is no
-/// failure for the breaker, but no answer either). A 4xx is an answer and a
+/// timeout, a network error), a breaker rejected the call or a load limiter
+/// shed it (which is no failure for the breaker, but no answer either). A 4xx is an answer and a
 /// cancelled call asked for nothing: neither falls back.
 fn falls_back<E: Classify>(error: &E) -> bool {
-    error.outcome() == Outcome::Failure || error.reason() == Some(Reason::CircuitOpen)
+    error.outcome() == Outcome::Failure
+        || matches!(
+            error.reason(),
+            Some(Reason::CircuitOpen | Reason::Overloaded)
+        )
 }
 
 /// Which fallback a `fallback =` fn's answer is, for the macros'

@@ -143,16 +143,22 @@ pub enum Reason {
     CircuitOpen,
     /// The connection failed: reset, refused, closed, DNS.
     Network,
+    /// A load limiter shed the call before it was sent
+    /// ([`Error::Overloaded`]): not the dependency's failure, but no
+    /// answer either.
+    Overloaded,
 }
 
 impl Reason {
-    /// The metric label value: `timeout`, `5xx`, `circuit_open` or `network`.
+    /// The metric label value: `timeout`, `5xx`, `circuit_open`, `network`
+    /// or `overloaded`.
     pub const fn as_str(self) -> &'static str {
         match self {
             Reason::Timeout => "timeout",
             Reason::ServerError => "5xx",
             Reason::CircuitOpen => "circuit_open",
             Reason::Network => "network",
+            Reason::Overloaded => "overloaded",
         }
     }
 }
@@ -423,6 +429,7 @@ impl Classify for Error {
             Error::BudgetExhausted { .. } => Verdict::Fatal,
             Error::DeadlineExceeded { attempts: 0, .. }
             | Error::DependencyDown(_)
+            | Error::Overloaded(_)
             | Error::RetryInsideTransaction => Verdict::Ignored,
             Error::DeadlineExceeded { .. } | Error::CommitOutcomeUnknown { .. } => Verdict::Fatal,
         }
@@ -437,6 +444,7 @@ impl Classify for Error {
             | Error::BudgetExhausted { .. }
             | Error::DeadlineExceeded { .. } => Some(Reason::Timeout),
             Error::DependencyDown(_) => Some(Reason::CircuitOpen),
+            Error::Overloaded(_) => Some(Reason::Overloaded),
             Error::RetryInsideTransaction => None,
             Error::CommitOutcomeUnknown { .. } => Some(Reason::Network),
         }

@@ -10,9 +10,10 @@ mod facade {
     use metrics::{Key, KeyName, Label, Level, Metadata, Recorder, SharedString, Unit};
 
     use super::super::{
-        BREAKER_SHARED_FALLBACK, BREAKER_STATE, BREAKER_TRIPS_TOTAL, DEPENDENCY_ERRORS_TOTAL,
-        FALLBACKS_TOTAL, HEDGES_TOTAL, REQUEST_DURATION_SECONDS, RETRIES_TOTAL,
-        RETRY_BUDGET_EXHAUSTED_TOTAL,
+        BREAKER_SHARED_FALLBACK, BREAKER_STATE, BREAKER_TRIPS_TOTAL, CONCURRENCY_LIMIT,
+        DEPENDENCY_ERRORS_TOTAL, FALLBACKS_TOTAL, HEDGES_TOTAL, IN_FLIGHT,
+        REQUEST_DURATION_SECONDS, RETRIES_TOTAL, RETRY_BUDGET_EXHAUSTED_TOTAL, SHED_TOTAL,
+        THROTTLE_PROBABILITY,
     };
     use super::Labels;
 
@@ -199,6 +200,26 @@ mod facade {
                 name(HEDGES_TOTAL),
                 Some(Unit::Count),
                 text("Attempts that hedged calls started beside a slow one, or after a transient failure."),
+            );
+            r.describe_gauge(
+                name(CONCURRENCY_LIMIT),
+                None,
+                text("The concurrency limit of a bulkhead (its max) or of an adaptive limit (its current value)."),
+            );
+            r.describe_gauge(
+                name(IN_FLIGHT),
+                None,
+                text("Calls holding a slot of a bulkhead or an adaptive concurrency limit."),
+            );
+            r.describe_counter(
+                name(SHED_TOTAL),
+                Some(Unit::Count),
+                text("Calls a load limiter shed before they were sent, by part (bulkhead, concurrency_limit, throttle) and priority."),
+            );
+            r.describe_gauge(
+                name(THROTTLE_PROBABILITY),
+                None,
+                text("The probability with which the client-side throttle rejects a default call."),
             );
             r.describe_counter(
                 name(FALLBACKS_TOTAL),

@@ -127,6 +127,8 @@ pub enum Status {
     Network,
     /// A circuit breaker rejected the call.
     CircuitOpen,
+    /// A load limiter shed the call before it was sent.
+    Overloaded,
     /// The caller dropped the call before it finished.
     Cancelled,
 }
@@ -158,11 +160,12 @@ impl Status {
             Some(Reason::ServerError) => Status::ServerError,
             Some(Reason::Network) => Status::Network,
             Some(Reason::CircuitOpen) => Status::CircuitOpen,
+            Some(Reason::Overloaded) => Status::Overloaded,
         }
     }
 
     /// The label value: `ok`, `error`, `timeout`, `5xx`, `network`,
-    /// `circuit_open` or `cancelled`.
+    /// `circuit_open`, `overloaded` or `cancelled`.
     pub const fn as_str(self) -> &'static str {
         match self {
             Status::Ok => "ok",
@@ -171,6 +174,7 @@ impl Status {
             Status::ServerError => Reason::ServerError.as_str(),
             Status::Network => Reason::Network.as_str(),
             Status::CircuitOpen => Reason::CircuitOpen.as_str(),
+            Status::Overloaded => Reason::Overloaded.as_str(),
             Status::Cancelled => "cancelled",
         }
     }

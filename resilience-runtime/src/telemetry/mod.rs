@@ -19,6 +19,10 @@
 //! | [`http_client_fallbacks_total`](FALLBACKS_TOTAL) | counter | `service`, `target`, `kind` |
 //! | [`http_client_retry_budget_exhausted_total`](RETRY_BUDGET_EXHAUSTED_TOTAL) | counter: retries refused by an empty budget | `service`, `target` |
 //! | [`http_client_hedges_total`](HEDGES_TOTAL) | counter: attempts a hedged call started after its first | `service`, `target` |
+//! | [`http_client_concurrency_limit`](CONCURRENCY_LIMIT) | gauge: a bulkhead's `max`, an adaptive limit's current limit | `service`, `target` |
+//! | [`http_client_in_flight`](IN_FLIGHT) | gauge: calls holding a slot of a bulkhead or an adaptive limit | `service`, `target` |
+//! | [`http_client_shed_total`](SHED_TOTAL) | counter: calls a load limiter shed | `service`, `target`, `by`, `priority` |
+//! | [`http_client_throttle_probability`](THROTTLE_PROBABILITY) | gauge: the client-side throttle's rejection probability | `service`, `target` |
 //!
 //! Every label value comes from a closed set or from names fixed at startup,
 //! so the number of series stays bounded: no error message, id or URL ever
@@ -39,7 +43,13 @@
 //! - `status` ([`Status`]): `ok`, `error`, `timeout`, `5xx`, `network`,
 //!   `circuit_open`, `cancelled`.
 //! - `reason` ([`Reason`](crate::retry::Reason)): `timeout`, `5xx`,
-//!   `circuit_open`, `network`, from [`Classify::reason`](crate::Classify::reason).
+//!   `circuit_open`, `network`, from [`Classify::reason`](crate::Classify::reason)
+//!   (`overloaded`, a call shed by a load limiter, is counted by
+//!   [`SHED_TOTAL`] instead).
+//! - `by` ([`ShedBy`](crate::limit::ShedBy)): `bulkhead`,
+//!   `concurrency_limit` or `throttle`; `priority`
+//!   ([`Priority`](crate::limit::Priority)): `sheddable`, `default` or
+//!   `critical`.
 //!
 //! `http_client_request_duration_seconds` is a histogram in the `metrics`
 //! sense; Prometheus exporters render it as a summary unless told the
@@ -99,6 +109,7 @@ mod breaker;
 mod call;
 mod emit;
 mod labels;
+mod limit;
 mod retries;
 #[cfg(all(test, feature = "metrics"))]
 mod tests;
@@ -111,6 +122,7 @@ pub(crate) use breaker::{
 pub use call::{CallScope, Entered, Observed, observe};
 pub use emit::{describe, recorder_installed};
 pub use labels::{AttemptResult, Fallback, Labels, Status, attempt_label, fallback};
+pub(crate) use limit::{limit_changed, limit_in_flight, limit_shed, throttle_probability};
 pub use retries::RetryMetrics;
 
 /// `http_client_retries_total{service,target,attempt,result}`: a counter, one
@@ -146,6 +158,21 @@ pub const RETRY_BUDGET_EXHAUSTED_TOTAL: &str = "http_client_retry_budget_exhaust
 /// attempt still in flight or after a transient failure, not counting each
 /// call's first.
 pub const HEDGES_TOTAL: &str = "http_client_hedges_total";
+
+/// `http_client_concurrency_limit{service,target}`: a gauge, the limit of
+/// a [`Bulkhead`](crate::limit::Bulkhead) (its `max`) or of an
+/// [`AdaptiveLimit`](crate::limit::AdaptiveLimit) (set when it changes).
+pub const CONCURRENCY_LIMIT: &str = "http_client_concurrency_limit";
+/// `http_client_in_flight{service,target}`: a gauge, the calls holding a
+/// slot of a bulkhead or an adaptive limit.
+pub const IN_FLIGHT: &str = "http_client_in_flight";
+/// `http_client_shed_total{service,target,by,priority}`: a counter of the
+/// calls a load limiter shed before they were sent.
+pub const SHED_TOTAL: &str = "http_client_shed_total";
+/// `http_client_throttle_probability{service,target}`: a gauge, the
+/// probability with which a client-side [`Throttle`](crate::limit::Throttle)
+/// rejects a default call, set at each admission.
+pub const THROTTLE_PROBABILITY: &str = "http_client_throttle_probability";
 
 /// Counts one hedge of the call labelled `labels`.
 pub(crate) fn hedge(labels: Labels) {

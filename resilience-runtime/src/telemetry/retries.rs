@@ -125,7 +125,10 @@ impl RetryMetrics {
 
     #[inline]
     fn dependency_error(&self, reason: Option<Reason>) {
-        if let Some(reason) = reason.filter(|r| *r != Reason::CircuitOpen) {
+        // The breaker and the load limiter count their own rejections.
+        if let Some(reason) =
+            reason.filter(|r| !matches!(r, Reason::CircuitOpen | Reason::Overloaded))
+        {
             emit::increment(
                 DEPENDENCY_ERRORS_TOTAL,
                 self.labels,

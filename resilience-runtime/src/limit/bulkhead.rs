@@ -1,0 +1,352 @@
+//! The bulkhead: a fixed number of calls in flight, an optional bounded
+//! wait for a slot.
+
+use std::future::Future;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use tokio::sync::Notify;
+
+use super::Priority;
+use super::report::Report;
+use crate::error::{ConfigError, Overloaded, ShedBy};
+use crate::retry::FromRuntimeError;
+use crate::telemetry::{self, Labels};
+
+/// At most `max` calls in flight to one dependency; the next is shed with
+/// [`Overloaded`], at once or after waiting at most
+/// [`max_wait`](Self::with_max_wait) for a slot.
+///
+/// Each [`Priority`] may fill its share of `max` ([`Priority::share`]);
+/// sheddable calls never wait. Waiting callers are woken in the order they
+/// came, whatever their priority.
+///
+/// Admission is one compare-and-swap and the release one subtraction
+/// (plus a wake-up when someone waits): no clock, no lock, no allocation.
+///
+/// ```
+/// use resilience::limit::{Bulkhead, Priority};
+///
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let bulkhead = Bulkhead::new("user", 2)?;
+/// let a = bulkhead.try_acquire(Priority::Default)?;
+/// let _b = bulkhead.try_acquire(Priority::Default)?;
+/// assert!(bulkhead.try_acquire(Priority::Default).is_err());
+/// drop(a);
+/// let answer = bulkhead
+///     .call(Priority::Default, async { Ok::<_, resilience::Error>(42) })
+///     .await?;
+/// assert_eq!(answer, 42);
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug)]
+pub struct Bulkhead {
+    max: u32,
+    max_wait: Duration,
+    in_flight: AtomicU32,
+    /// Callers waiting for a slot; a release wakes one only when it is
+    /// not 0.
+    waiting: AtomicU32,
+    freed: Notify,
+    report: Report,
+}
+
+impl Bulkhead {
+    /// A bulkhead named `name` (the `target` label of its metrics) letting
+    /// at most `max` calls through at once, shedding the next at once.
+    ///
+    /// # Errors
+    ///
+    /// A `max` of 0, which would shed every call.
+    pub fn new(name: &'static str, max: u32) -> Result<Self, ConfigError> {
+        Self::new_in(crate::registry::UNKNOWN_SERVICE, name, max)
+    }
+
+    pub(crate) fn new_in(
+        service: &'static str,
+        name: &'static str,
+        max: u32,
+    ) -> Result<Self, ConfigError> {
+        if max == 0 {
+            return Err(ConfigError::new(
+                format!("bulkhead `{name}`"),
+                "max_concurrent",
+                max,
+                "a bulkhead of 0 would shed every call; use at least 1",
+            ));
+        }
+        let labels = Labels::new(service, name);
+        telemetry::limit_changed(labels, max);
+        Ok(Self {
+            max,
+            max_wait: Duration::ZERO,
+            in_flight: AtomicU32::new(0),
+            waiting: AtomicU32::new(0),
+            freed: Notify::new(),
+            report: Report::new(labels, ShedBy::Bulkhead),
+        })
+    }
+
+    /// The same bulkhead, whose [`acquire`](Self::acquire) waits at most
+    /// `max_wait` for a slot before shedding the call (default: no wait).
+    ///
+    /// The wait counts against the caller's time: keep it well below the
+    /// retry chain's `max_elapsed` and the caller's deadline.
+    #[must_use]
+    pub fn with_max_wait(mut self, max_wait: Duration) -> Self {
+        self.max_wait = max_wait;
+        self
+    }
+
+    /// The bulkhead's name.
+    pub fn name(&self) -> &'static str {
+        self.report.name()
+    }
+
+    /// The most calls in flight at once.
+    pub fn max(&self) -> u32 {
+        self.max
+    }
+
+    /// The longest [`acquire`](Self::acquire) waits for a slot.
+    pub fn max_wait(&self) -> Duration {
+        self.max_wait
+    }
+
+    /// The calls in flight now.
+    pub fn in_flight(&self) -> u32 {
+        self.in_flight.load(Ordering::Relaxed)
+    }
+
+    /// Takes a slot for a call of `priority` if one is free, without
+    /// waiting.
+    ///
+    /// # Errors
+    ///
+    /// [`Overloaded`] when the calls in flight already fill the share of
+    /// `priority`.
+    #[inline]
+    pub fn try_acquire(&self, priority: Priority) -> Result<BulkheadPermit<'_>, Overloaded> {
+        self.admit(priority)
+            .ok_or_else(|| self.report.shed(priority, self.max))
+    }
+
+    #[inline]
+    fn admit(&self, priority: Priority) -> Option<BulkheadPermit<'_>> {
+        // Compare-and-swap rather than add-then-undo: a call that is
+        // refused never raises the count, so it cannot make another call
+        // (a waiter woken for a freed slot) fail in its turn.
+        let share = priority.share(self.max);
+        let mut before = self.in_flight.load(Ordering::SeqCst);
+        loop {
+            if before >= share {
+                return None;
+            }
+            match self.in_flight.compare_exchange_weak(
+                before,
+                before + 1,
+                Ordering::SeqCst,
+                Ordering::SeqCst,
+            ) {
+                Ok(_) => break,
+                Err(actual) => before = actual,
+            }
+        }
+        telemetry::limit_in_flight(self.report.labels(), before + 1);
+        Some(BulkheadPermit { bulkhead: self })
+    }
+
+    /// Takes a slot for a call of `priority`, waiting at most
+    /// [`max_wait`](Self::max_wait) for one (sheddable calls never wait).
+    ///
+    /// # Errors
+    ///
+    /// [`Overloaded`] when no slot was freed in time.
+    pub async fn acquire(&self, priority: Priority) -> Result<BulkheadPermit<'_>, Overloaded> {
+        if let Some(permit) = self.admit(priority) {
+            return Ok(permit);
+        }
+        if self.max_wait.is_zero() || priority == Priority::Sheddable {
+            return Err(self.report.shed(priority, self.max));
+        }
+        let until = tokio::time::Instant::now() + self.max_wait;
+        self.waiting.fetch_add(1, Ordering::SeqCst);
+        let _waiting = Waiting(&self.waiting);
+        loop {
+            let freed = self.freed.notified();
+            tokio::pin!(freed);
+            freed.as_mut().enable();
+            // After registering: a slot freed since the last try wakes
+            // this one, or is seen here.
+            if let Some(permit) = self.admit(priority) {
+                return Ok(permit);
+            }
+            if tokio::time::timeout_at(until, freed).await.is_err() {
+                return Err(self.report.shed(priority, self.max));
+            }
+        }
+    }
+
+    /// Runs `call` in a slot (waiting for one as [`acquire`](Self::acquire)
+    /// does), or sheds it with the caller's error type.
+    pub async fn call<F, T, E>(&self, priority: Priority, call: F) -> Result<T, E>
+    where
+        F: Future<Output = Result<T, E>>,
+        E: FromRuntimeError,
+    {
+        let _permit = self
+            .acquire(priority)
+            .await
+            .map_err(|shed| E::from_runtime(shed.into()))?;
+        call.await
+    }
+
+    #[inline]
+    fn release(&self) {
+        let before = self.in_flight.fetch_sub(1, Ordering::SeqCst);
+        if self.waiting.load(Ordering::SeqCst) != 0 {
+            self.freed.notify_one();
+        }
+        telemetry::limit_in_flight(self.report.labels(), before - 1);
+    }
+}
+
+/// Counts a caller out of the waiters however its wait ends.
+struct Waiting<'a>(&'a AtomicU32);
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// A slot of a [`Bulkhead`], freed when dropped.
+#[derive(Debug)]
+#[must_use = "a permit holds a slot until it is dropped"]
+pub struct BulkheadPermit<'a> {
+    bulkhead: &'a Bulkhead,
+}
+
+impl Drop for BulkheadPermit<'_> {
+    #[inline]
+    fn drop(&mut self) {
+        self.bulkhead.release();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+
+    const MS: Duration = Duration::from_millis(1);
+
+    #[test]
+    fn sheds_the_call_past_max_and_says_so() {
+        let bulkhead = Bulkhead::new("inventory", 2).unwrap();
+        let a = bulkhead.try_acquire(Priority::Critical).unwrap();
+        let _b = bulkhead.try_acquire(Priority::Critical).unwrap();
+        let shed = bulkhead.try_acquire(Priority::Critical).unwrap_err();
+        assert_eq!(shed, Overloaded::new("inventory", ShedBy::Bulkhead, 2),);
+        // A shed call took no slot.
+        assert_eq!(bulkhead.in_flight(), 2);
+        drop(a);
+        assert_eq!(bulkhead.in_flight(), 1);
+        assert!(bulkhead.try_acquire(Priority::Critical).is_ok());
+    }
+
+    #[test]
+    fn a_bulkhead_of_zero_is_refused() {
+        let err = Bulkhead::new("inventory", 0).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "invalid bulkhead `inventory`: `max_concurrent = 0`: a bulkhead of 0 would shed every call; use at least 1"
+        );
+    }
+
+    #[test]
+    fn sheddable_calls_leave_half_to_the_others() {
+        let bulkhead = Bulkhead::new("inventory", 4).unwrap();
+        let _s: Vec<_> = (0..2)
+            .map(|_| bulkhead.try_acquire(Priority::Sheddable).unwrap())
+            .collect();
+        assert!(bulkhead.try_acquire(Priority::Sheddable).is_err());
+        let _d: Vec<_> = (0..2)
+            .map(|_| bulkhead.try_acquire(Priority::Default).unwrap())
+            .collect();
+        assert_eq!(bulkhead.in_flight(), 4);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_waiting_call_gets_the_slot_freed_before_max_wait() {
+        let bulkhead = Arc::new(
+            Bulkhead::new("inventory", 1)
+                .unwrap()
+                .with_max_wait(50 * MS),
+        );
+        let held = bulkhead.try_acquire(Priority::Default).unwrap();
+        let started = tokio::time::Instant::now();
+        let waiter = {
+            let bulkhead = bulkhead.clone();
+            tokio::spawn(async move {
+                bulkhead.acquire(Priority::Default).await.map(drop)?;
+                Ok::<_, Overloaded>(tokio::time::Instant::now())
+            })
+        };
+        tokio::time::sleep(20 * MS).await;
+        drop(held);
+        let admitted_at = waiter.await.unwrap().unwrap();
+        assert_eq!(admitted_at - started, 20 * MS);
+        assert_eq!(bulkhead.in_flight(), 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_waiting_call_is_shed_at_max_wait() {
+        let bulkhead = Bulkhead::new("inventory", 1)
+            .unwrap()
+            .with_max_wait(50 * MS);
+        let _held = bulkhead.try_acquire(Priority::Default).unwrap();
+        let started = tokio::time::Instant::now();
+        let shed = bulkhead.acquire(Priority::Default).await.unwrap_err();
+        assert_eq!(started.elapsed(), 50 * MS);
+        assert_eq!(shed.by(), ShedBy::Bulkhead);
+        // Sheddable calls never wait.
+        let started = tokio::time::Instant::now();
+        assert!(bulkhead.acquire(Priority::Sheddable).await.is_err());
+        assert_eq!(started.elapsed(), Duration::ZERO);
+        assert_eq!(bulkhead.waiting.load(Ordering::SeqCst), 0);
+    }
+
+    /// Never more than `max` in flight, whatever the interleaving: 8
+    /// threads hammering a bulkhead of 3.
+    #[test]
+    fn never_more_than_max_in_flight() {
+        let bulkhead = Arc::new(Bulkhead::new("inventory", 3).unwrap());
+        let inside = Arc::new(AtomicU32::new(0));
+        let peak = Arc::new(AtomicU32::new(0));
+        let threads: Vec<_> = (0..8)
+            .map(|_| {
+                let (bulkhead, inside, peak) = (bulkhead.clone(), inside.clone(), peak.clone());
+                std::thread::spawn(move || {
+                    let mut admitted = 0;
+                    for _ in 0..20_000 {
+                        if let Ok(_permit) = bulkhead.try_acquire(Priority::Critical) {
+                            let now = inside.fetch_add(1, Ordering::SeqCst) + 1;
+                            peak.fetch_max(now, Ordering::SeqCst);
+                            inside.fetch_sub(1, Ordering::SeqCst);
+                            admitted += 1;
+                        }
+                    }
+                    admitted
+                })
+            })
+            .collect();
+        let admitted: u32 = threads.into_iter().map(|t| t.join().unwrap()).sum();
+        assert!(peak.load(Ordering::SeqCst) <= 3);
+        assert!(admitted > 0);
+        assert_eq!(bulkhead.in_flight(), 0);
+    }
+}

@@ -1,0 +1,75 @@
+//! Load limiting: send an overloaded dependency fewer calls before it
+//! falls over (issue 29).
+//!
+//! The [breaker](crate::breaker) protects callers from a dependency that is
+//! *down*. A dependency that is *slow because it is overloaded* needs its
+//! callers to send less — and retries against it make it worse. Three
+//! mechanisms, usable alone or together, all shedding with the runtime's
+//! [`Overloaded`] error:
+//!
+//! - [`Bulkhead`]: at most `max` calls in flight, an optional bounded wait
+//!   for a slot. Reads no clock.
+//! - [`AdaptiveLimit`]: calls in flight bounded by a limit learnt from
+//!   their latency by TCP Vegas, as Netflix's `concurrency-limits`
+//!   (`VegasLimit`) does it, with its defaults ([`VegasConfig`]): no need
+//!   to know the dependency's capacity in advance.
+//! - [`Throttle`]: the SRE book's client-side adaptive throttling, which
+//!   rejects locally with probability
+//!   `max(0, (requests − K × accepts) / (requests + 1))`.
+//!
+//! Every call carries a [`Priority`]: sheddable calls are shed first,
+//! critical ones last.
+//!
+//! # Where limiting sits
+//!
+//! ```text
+//! caller → breaker → retry → [throttle → concurrency limit or bulkhead] → transport
+//! ```
+//!
+//! - **A slot is held per attempt**, not per logical call: a chain pausing
+//!   between attempts holds no slot, so the pauses of the retry policy do
+//!   not fill the limit, and every attempt's latency is a sample of the
+//!   dependency (a per-call slot would measure the backoff pauses). A
+//!   retry needs a slot like any call, which is what keeps a retry storm
+//!   from multiplying the load on an overloaded dependency.
+//! - **A shed attempt is not retried** ([`Verdict::Ignored`](crate::Verdict::Ignored)):
+//!   retrying into a full limit is the storm the limit exists to stop; the
+//!   chain ends with [`Error::Overloaded`](crate::Error::Overloaded).
+//! - **For the breaker, a shed call is no failure** of the dependency (it
+//!   never saw the call), nor a success: it counts for nothing. The breaker
+//!   judges the dependency by the calls that reached it; a dependency that
+//!   is slow enough to time out still opens it.
+//! - **For a `fallback =`**, a shed call is no answer: the fallback
+//!   answers it, as it answers an open breaker.
+//! - **Metrics**: see [`telemetry`](crate::telemetry) (`limit`, in
+//!   flight, shed calls, the throttle's probability), and a WARN when a
+//!   limiter first sheds, then at most once a minute while it keeps
+//!   shedding.
+
+mod adaptive;
+mod bulkhead;
+mod priority;
+mod report;
+mod throttle;
+mod vegas;
+
+pub use adaptive::{AdaptiveLimit, LimitPermit};
+pub use bulkhead::{Bulkhead, BulkheadPermit};
+pub use priority::Priority;
+pub use throttle::{Throttle, ThrottleConfig, ThrottleTicket};
+pub use vegas::VegasConfig;
+
+pub use crate::error::{Overloaded, ShedBy};
+
+use crate::retry::Verdict;
+
+/// What a call's verdict (`None`: a success) is to a limiter: `None` when
+/// it is no sample at all (cancelled, shed, never sent), else whether it
+/// was a *drop* (a timeout or a transient failure) rather than an answer.
+pub(crate) const fn sample_of(verdict: Option<Verdict>) -> Option<bool> {
+    match verdict {
+        None | Some(Verdict::Permanent) => Some(false),
+        Some(Verdict::Transient | Verdict::RetryAfter(_) | Verdict::Fatal) => Some(true),
+        Some(Verdict::Ignored) => None,
+    }
+}

@@ -1,0 +1,98 @@
+//! Per-call priority: which calls a full limiter sheds first.
+
+/// How important a call is when its dependency is overloaded: as a limit
+/// fills, sheddable calls are refused first, critical calls last.
+///
+/// Each priority may fill a share of a concurrency limit `L` (a
+/// [`Bulkhead`](super::Bulkhead)'s `max`, or the current limit of an
+/// [`AdaptiveLimit`](super::AdaptiveLimit)), rounded up so that a small
+/// limit starves no one:
+///
+/// | priority | may fill | with `L = 20` |
+/// |---|---|---|
+/// | [`Critical`](Self::Critical) | all of `L` | 20 |
+/// | [`Default`](Self::Default) | ⌈9 `L` / 10⌉ | 18 |
+/// | [`Sheddable`](Self::Sheddable) | ⌈`L` / 2⌉ | 10 |
+///
+/// So the last tenth of the slots is kept for critical calls, and
+/// sheddable calls (prefetches, batch jobs, analytics) leave half of the
+/// limit to the others. The [`Throttle`](super::Throttle) applies its
+/// rejection probability to default calls, twice it to sheddable ones,
+/// and never rejects a critical call (it still counts it). The names
+/// follow the criticalities of the SRE book's "Handling Overload".
+///
+/// ```
+/// use resilience::limit::Priority;
+///
+/// assert_eq!(Priority::Critical.share(20), 20);
+/// assert_eq!(Priority::Default.share(20), 18);
+/// assert_eq!(Priority::Sheddable.share(20), 10);
+/// // A limit of 1 admits one call of any priority.
+/// assert_eq!(Priority::Sheddable.share(1), 1);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+pub enum Priority {
+    /// Shed first: work nobody waits for.
+    Sheddable,
+    /// Every call not marked otherwise.
+    #[default]
+    Default,
+    /// Shed last: the calls the user is waiting for.
+    Critical,
+}
+
+impl Priority {
+    /// Every priority, the least important first.
+    pub const ALL: [Priority; 3] = [Priority::Sheddable, Priority::Default, Priority::Critical];
+
+    /// The metric label value and the word in the config file:
+    /// `sheddable`, `default` or `critical`.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Priority::Sheddable => "sheddable",
+            Priority::Default => "default",
+            Priority::Critical => "critical",
+        }
+    }
+
+    /// The priority named `word` ([`as_str`](Self::as_str)).
+    pub fn parse(word: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|p| p.as_str() == word)
+    }
+
+    /// How many calls in flight, out of a limit of `limit`, calls of this
+    /// priority may fill (see the table above).
+    pub const fn share(self, limit: u32) -> u32 {
+        let limit = limit as u64;
+        (match self {
+            Priority::Critical => limit,
+            Priority::Default => (9 * limit).div_ceil(10),
+            Priority::Sheddable => limit.div_ceil(2),
+        }) as u32
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Priority;
+
+    #[test]
+    fn shares_round_up_and_keep_order() {
+        for limit in 1..=2000 {
+            let [s, d, c] = Priority::ALL.map(|p| p.share(limit));
+            assert!(1 <= s && s <= d && d <= c && c == limit, "limit {limit}");
+        }
+        assert_eq!(Priority::Default.share(16), 15);
+        assert_eq!(Priority::Default.share(8), 8);
+        assert_eq!(Priority::Sheddable.share(u32::MAX), u32::MAX / 2 + 1);
+        assert_eq!(Priority::Default.share(u32::MAX), 3_865_470_566);
+    }
+
+    #[test]
+    fn words_round_trip() {
+        for p in Priority::ALL {
+            assert_eq!(Priority::parse(p.as_str()), Some(p));
+        }
+        assert_eq!(Priority::parse("high"), None);
+    }
+}
