@@ -9,10 +9,16 @@
 //!
 //! Run it alone with `cargo test --all-features --test conformance`.
 
+#[path = "../../examples/common/mod.rs"]
+mod common;
+
 mod backoff;
 mod budget;
 mod gobreaker;
 mod guide;
+mod ietf_idempotency;
+mod polly_hedging;
+mod reqwest_retry;
 mod resilience4j;
 
 use resilience::retry::{Classify, HttpStatus, Verdict};
