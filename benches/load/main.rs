@@ -160,6 +160,130 @@ fn variant(name: &str, client: reqwest::Client, url: String) -> Call {
     }
 }
 
+/// An error of a call through our retry policy.
+#[derive(Debug)]
+enum CallError {
+    Status(u16),
+    Transport { timeout: bool },
+    Runtime(resilience::Error),
+}
+
+impl From<resilience::Error> for CallError {
+    fn from(err: resilience::Error) -> Self {
+        CallError::Runtime(err)
+    }
+}
+
+impl resilience::Classify for CallError {
+    fn classify(&self) -> Verdict {
+        match self {
+            CallError::Status(code) => resilience::retry::HttpStatus(*code).classify(),
+            CallError::Transport { .. } => Verdict::Transient,
+            CallError::Runtime(err) => err.classify(),
+        }
+    }
+}
+
+async fn attempt(client: &reqwest::Client, url: &str) -> Result<(), CallError> {
+    match send(client, url).await {
+        Ended::Ok => Ok(()),
+        Ended::Refused => Err(CallError::Status(503)),
+        Ended::TimedOut => Err(CallError::Transport { timeout: true }),
+        _ => Err(CallError::Transport { timeout: false }),
+    }
+}
+
+/// A retry storm: 5 replicas, each with the HTTP policy (3 attempts,
+/// 100 ms × 2 with jitter) and, by `with`, its own retry budget (20 % + 10
+/// a second) and its own adaptive limit (a slot per attempt), calling the
+/// overloaded server together at `load` × what it sustains.
+async fn storm(
+    client: &reqwest::Client,
+    url: &str,
+    server: &Server,
+    load: f64,
+    sustained: f64,
+    budget: bool,
+    limit: bool,
+    secs: f64,
+) {
+    use resilience::retry::{BudgetConfig, Policy};
+    const REPLICAS: usize = 5;
+    let replicas: Vec<_> = (0..REPLICAS)
+        .map(|_| {
+            let mut policy = Policy::http();
+            if budget {
+                let budget: &'static _ = Box::leak(Box::new(BudgetConfig::new().build().unwrap()));
+                policy = policy.with_budget(budget);
+            }
+            let limit =
+                limit.then(|| Arc::new(AdaptiveLimit::new("storm", VegasConfig::new()).unwrap()));
+            (policy, limit)
+        })
+        .collect();
+    let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let replicas = Arc::new(replicas);
+    let (client, url) = (client.clone(), Arc::<str>::from(url));
+    let call: Call = Arc::new(move || {
+        let n = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let (client, url, replicas) = (client.clone(), url.clone(), replicas.clone());
+        Box::pin(async move {
+            let (policy, limit) = &replicas[n % REPLICAS];
+            let result = policy
+                .retry(|| async {
+                    let permit = match limit {
+                        Some(limit) => Some(
+                            limit
+                                .try_acquire(Priority::Default)
+                                .map_err(|shed| CallError::Runtime(shed.into()))?,
+                        ),
+                        None => None,
+                    };
+                    let result = attempt(&client, &url).await;
+                    if let Some(permit) = permit {
+                        permit.record(&result);
+                    }
+                    result
+                })
+                .await;
+            match result {
+                Ok(()) => Ended::Ok,
+                Err(CallError::Runtime(resilience::Error::Overloaded(_))) => Ended::Shed,
+                Err(CallError::Status(503)) => Ended::Refused,
+                Err(CallError::Transport { timeout: true }) => Ended::TimedOut,
+                Err(_) => Ended::Failed,
+            }
+        })
+    });
+    let (served, refused) = server.counts();
+    let warmup = Duration::from_secs(1);
+    let measure = Duration::from_secs_f64(secs);
+    let calls = ((warmup + measure).as_secs_f64() * load * sustained) as u64;
+    let report = open_loop(
+        call,
+        load * sustained,
+        warmup,
+        measure,
+        Duration::from_secs(6),
+    )
+    .await;
+    let (served_after, refused_after) = server.counts();
+    let requests = (served_after - served) + (refused_after - refused);
+    let p99 = report.percentile(0.99);
+    println!(
+        "| {} | {} | {load}× | {:.2} | {:.0}/s | {:.0} % | {:.1} ms | {} | {} | {} |",
+        if budget { "yes" } else { "no" },
+        if limit { "yes" } else { "no" },
+        requests as f64 / calls as f64,
+        report.goodput(),
+        100.0 * report.goodput() / sustained,
+        ms(p99),
+        report.shed,
+        report.refused,
+        report.timed_out,
+    );
+}
+
 const VARIANTS: [&str; 6] = [
     "none",
     "bulkhead 8",
@@ -171,11 +295,12 @@ const VARIANTS: [&str; 6] = [
 
 fn main() {
     let mut args = std::env::args().skip(1);
-    let (mut secs, mut only) = (5.0, None::<String>);
+    let (mut secs, mut only, mut storm_only) = (5.0, None::<String>, false);
     while let Some(arg) = args.next() {
         match arg.as_str() {
             "--secs" => secs = args.next().and_then(|s| s.parse().ok()).expect("--secs N"),
             "--only" => only = args.next(),
+            "--storm" => storm_only = true,
             // What `cargo bench` passes.
             "--bench" => {}
             _ => {}
@@ -243,6 +368,9 @@ fn main() {
         println!("| variant | load | goodput | % of sustained | p50 | p99 | p99 / unloaded | shed locally | 503 | timed out | other |");
         println!("|---|---|---|---|---|---|---|---|---|---|---|");
         for name in VARIANTS {
+            if storm_only {
+                break;
+            }
             if only.as_deref().is_some_and(|only| !name.contains(only)) {
                 continue;
             }
@@ -271,6 +399,20 @@ fn main() {
                 );
                 // Let the server's queue drain between runs.
                 tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+        }
+        if only.is_some() {
+            return;
+        }
+        println!();
+        println!("retry storm: 5 replicas, Policy::http (3 attempts), open loop; requests per logical call = requests the server received / calls started");
+        println!();
+        println!("| retry budget | adaptive limit | load | requests per call | goodput | % of sustained | p99 | shed locally | 503 | timed out |");
+        println!("|---|---|---|---|---|---|---|---|---|---|");
+        for load in [2.0, 4.0] {
+            for (budget, limit) in [(false, false), (true, false), (false, true), (true, true)] {
+                storm(&client, &url, &server, load, sustained, budget, limit, secs).await;
+                tokio::time::sleep(Duration::from_secs(2)).await;
             }
         }
     });

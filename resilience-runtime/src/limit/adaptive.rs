@@ -154,8 +154,10 @@ impl AdaptiveLimit {
     }
 
     fn release(&self, sample: Option<(std::time::Duration, u32, bool)>) {
-        let now = self.in_flight.fetch_sub(1, Ordering::Release) - 1;
-        telemetry::limit_in_flight(self.report.labels(), now);
+        // As a bulkhead's: set by admissions, and by the last release.
+        if self.in_flight.fetch_sub(1, Ordering::Release) == 1 {
+            telemetry::limit_in_flight(self.report.labels(), 0);
+        }
         if let Some((rtt, in_flight, dropped)) = sample
             && let Some(limit) = self.vegas.sample(rtt, in_flight, dropped)
         {

@@ -209,7 +209,11 @@ impl Bulkhead {
         if self.waiting.load(Ordering::SeqCst) != 0 {
             self.freed.notify_one();
         }
-        telemetry::limit_in_flight(self.report.labels(), before - 1);
+        // The gauge is set by every admission; a release sets it only when
+        // the last call leaves, so that an idle limiter reads 0.
+        if before == 1 {
+            telemetry::limit_in_flight(self.report.labels(), 0);
+        }
     }
 }
 
