@@ -197,16 +197,24 @@ async fn attempt(client: &reqwest::Client, url: &str) -> Result<(), CallError> {
 /// 100 ms × 2 with jitter) and, by `with`, its own retry budget (20 % + 10
 /// a second) and its own adaptive limit (a slot per attempt), calling the
 /// overloaded server together at `load` × what it sustains.
-async fn storm(
-    client: &reqwest::Client,
-    url: &str,
-    server: &Server,
+/// One row of the retry storm: with or without a budget and a limit.
+#[derive(Clone, Copy)]
+struct Storm {
     load: f64,
     sustained: f64,
     budget: bool,
     limit: bool,
     secs: f64,
-) {
+}
+
+async fn storm(client: &reqwest::Client, url: &str, server: &Server, storm: Storm) {
+    let Storm {
+        load,
+        sustained,
+        budget,
+        limit,
+        secs,
+    } = storm;
     use resilience::retry::{BudgetConfig, Policy};
     const REPLICAS: usize = 5;
     let replicas: Vec<_> = (0..REPLICAS)
@@ -411,7 +419,14 @@ fn main() {
         println!("|---|---|---|---|---|---|---|---|---|---|");
         for load in [2.0, 4.0] {
             for (budget, limit) in [(false, false), (true, false), (false, true), (true, true)] {
-                storm(&client, &url, &server, load, sustained, budget, limit, secs).await;
+                let row = Storm {
+                    load,
+                    sustained,
+                    budget,
+                    limit,
+                    secs,
+                };
+                storm(&client, &url, &server, row).await;
                 tokio::time::sleep(Duration::from_secs(2)).await;
             }
         }

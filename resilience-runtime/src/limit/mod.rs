@@ -32,7 +32,7 @@
 //!   dependency (a per-call slot would measure the backoff pauses). A
 //!   retry needs a slot like any call, which is what keeps a retry storm
 //!   from multiplying the load on an overloaded dependency.
-//! - **A shed attempt is not retried** ([`Verdict::Ignored`](crate::Verdict::Ignored)):
+//! - **A shed attempt is not retried** ([`Verdict::Ignored`]):
 //!   retrying into a full limit is the storm the limit exists to stop; the
 //!   chain ends with [`Error::Overloaded`](crate::Error::Overloaded).
 //! - **For the breaker, a shed call is no failure** of the dependency (it
