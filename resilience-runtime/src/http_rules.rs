@@ -125,6 +125,24 @@ mod tests {
     }
 }
 
+/// One attempt through `limit` when there is one (at the request's
+/// `priority`): what every HTTP layer's attempt goes through.
+#[cfg(any(feature = "reqwest-middleware", feature = "tower"))]
+pub(crate) async fn limited<F, T, E>(
+    limit: Option<&crate::limit::Limiter>,
+    priority: crate::limit::Priority,
+    attempt: F,
+) -> Result<T, E>
+where
+    F: std::future::Future<Output = Result<T, E>>,
+    E: crate::retry::Classify + crate::retry::FromRuntimeError,
+{
+    match limit {
+        Some(limit) => limit.call(priority, attempt).await,
+        None => attempt.await,
+    }
+}
+
 /// `call` through `breaker` when there is one: what every HTTP layer's
 /// logical call goes through.
 #[cfg(any(feature = "reqwest-middleware", feature = "tower"))]
@@ -166,6 +184,7 @@ macro_rules! layer_builder {
                     policy,
                     breaker: None,
                     hedge: None,
+                    limit: None,
                 }
             }
 
@@ -197,6 +216,7 @@ macro_rules! layer_builder {
                     policy: registry.policy(name, $crate::retry::PolicyBuilder::http()),
                     breaker: Some(registry.layer_breaker(name).clone()),
                     hedge: None,
+                    limit: None,
                 }
             }
 
@@ -230,6 +250,35 @@ macro_rules! layer_builder {
             pub fn with_hedge(mut self, hedge: $crate::retry::Hedge) -> Self {
                 self.hedge = Some(hedge);
                 self
+            }
+
+            /// Puts every attempt behind `limiter` (see
+            /// [`resilience::limit`](crate::limit)): an attempt it sheds is
+            /// not sent, ends the call with `Error::Overloaded` (not
+            /// retried, nothing for the breaker), and the limiter learns
+            /// from the others. A request's priority is the
+            /// [`Priority`](crate::limit::Priority) in its extensions
+            /// (`Default` when none).
+            ///
+            /// ```
+            #[doc = concat!("use ", $path, ";")]
+            /// use resilience::limit::{AdaptiveLimit, Limiter, VegasConfig};
+            /// use resilience::Policy;
+            ///
+            /// let limit = AdaptiveLimit::new("search", VegasConfig::new())?;
+            #[doc = concat!("let layer = ", stringify!($ty), "::new(\"search\", Policy::http()).with_limit(Limiter::adaptive(limit));")]
+            /// assert_eq!(layer.limit().and_then(|l| l.as_adaptive()).map(|l| l.limit()), Some(20));
+            /// # Ok::<(), resilience::ConfigError>(())
+            /// ```
+            #[must_use]
+            pub fn with_limit(mut self, limiter: $crate::limit::Limiter) -> Self {
+                self.limit = Some(::std::sync::Arc::new(limiter));
+                self
+            }
+
+            /// The limiter given to [`with_limit`](Self::with_limit).
+            pub fn limit(&self) -> Option<&$crate::limit::Limiter> {
+                self.limit.as_deref()
             }
 
             /// The hedge given to [`with_hedge`](Self::with_hedge).

@@ -59,6 +59,7 @@ pub struct ResilienceMiddleware {
     policy: Policy,
     breaker: Option<CircuitBreaker>,
     hedge: Option<Hedge>,
+    limit: Option<std::sync::Arc<crate::limit::Limiter>>,
 }
 
 crate::http_rules::layer_builder!(
@@ -150,6 +151,13 @@ impl Middleware for ResilienceMiddleware {
         next: Next<'_>,
     ) -> reqwest_middleware::Result<Response> {
         let name = self.name;
+        let (limit, priority) = (
+            self.limit.as_deref(),
+            extensions
+                .get::<crate::limit::Priority>()
+                .copied()
+                .unwrap_or_default(),
+        );
         let once = if self.policy.max_attempts() <= 1 {
             Some("the policy allows one attempt")
         } else {
@@ -166,7 +174,9 @@ impl Middleware for ResilienceMiddleware {
                     "request sent once, not retried"
                 );
             }
-            let once = async { judge(next.run(request, extensions).await) };
+            let once = http_rules::limited(limit, priority, async {
+                judge(next.run(request, extensions).await)
+            });
             return settle(http_rules::through(self.breaker.as_ref(), once).await);
         }
         let name = self.name;
@@ -186,7 +196,8 @@ impl Middleware for ResilienceMiddleware {
                 // Each attempt gets the extensions as they came in; the
                 // successful one's are handed back.
                 let mut extensions = shared.clone();
-                let response = judge(next.run(request, &mut extensions).await)?;
+                let send = async { judge(next.run(request, &mut extensions).await) };
+                let response = http_rules::limited(limit, priority, send).await?;
                 Ok((response, extensions))
             }
         };

@@ -18,7 +18,10 @@
 //!   `max(0, (requests − K × accepts) / (requests + 1))`.
 //!
 //! Every call carries a [`Priority`]: sheddable calls are shed first,
-//! critical ones last.
+//! critical ones last. A [`Limiter`] combines a throttle with a bulkhead or
+//! an adaptive limit, as the HTTP layers apply it (`with_limit` on the
+//! reqwest middleware and the tower layer; a request's priority is a
+//! `Priority` in its extensions).
 //!
 //! # Where limiting sits
 //!
@@ -48,6 +51,7 @@
 
 mod adaptive;
 mod bulkhead;
+mod limiter;
 mod priority;
 mod report;
 mod throttle;
@@ -55,6 +59,7 @@ mod vegas;
 
 pub use adaptive::{AdaptiveLimit, LimitPermit};
 pub use bulkhead::{Bulkhead, BulkheadPermit};
+pub use limiter::Limiter;
 pub use priority::Priority;
 pub use throttle::{Throttle, ThrottleConfig, ThrottleTicket};
 pub use vegas::VegasConfig;

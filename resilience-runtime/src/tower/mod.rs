@@ -98,6 +98,7 @@ pub struct ResilienceLayer {
     policy: Policy,
     breaker: Option<CircuitBreaker>,
     hedge: Option<Hedge>,
+    limit: Option<std::sync::Arc<crate::limit::Limiter>>,
 }
 
 crate::http_rules::layer_builder!(
@@ -321,7 +322,10 @@ impl ResilienceLayer {
         S: Service<Request<B>, Response = Response<RB>>,
         S::Error: Into<BoxError>,
     {
-        let once = async { judge(rules, ready.call(request).await) };
+        let priority = priority_of(request.extensions());
+        let once = http_rules::limited(self.limit.as_deref(), priority, async {
+            judge(rules, ready.call(request).await)
+        });
         settle(http_rules::through(self.breaker.as_ref(), once).await)
     }
 
@@ -343,15 +347,17 @@ impl ResilienceLayer {
         // Owned by the closure, so that the chain is `Send` without asking
         // the client to be `Sync`.
         let inner = ready;
+        let (limit, priority) = (self.limit.as_deref(), priority_of(template.extensions()));
         let attempt = move || {
             let mut service = inner.clone();
             let request = replay(&template);
-            async move {
+            let send = async move {
                 poll_fn(|cx| service.poll_ready(cx))
                     .await
                     .map_err(Attempt::Transport)?;
                 judge(rules, service.call(request).await)
-            }
+            };
+            http_rules::limited(limit, priority, send)
         };
         if let Some(hedge) = self.hedge {
             let hedged = self.policy.hedge(hedge, attempt);
@@ -366,4 +372,13 @@ impl ResilienceLayer {
         );
         settle(http_rules::through(self.breaker.as_ref(), chain).await)
     }
+}
+
+/// The [`Priority`](crate::limit::Priority) a request asks for in its
+/// extensions, `Default` when none.
+fn priority_of(extensions: &http::Extensions) -> crate::limit::Priority {
+    extensions
+        .get::<crate::limit::Priority>()
+        .copied()
+        .unwrap_or_default()
 }
