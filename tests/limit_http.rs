@@ -143,3 +143,35 @@ async fn the_tower_layer_sheds_by_the_requests_priority() {
     assert_eq!(first.await.unwrap().unwrap().status(), 200);
     assert_eq!(server.requests_to("/slow").len(), 2);
 }
+
+/// A layer built from the registry takes the `[limits.<name>]` of its file.
+#[tokio::test(start_paused = true)]
+async fn a_layer_from_the_registry_takes_its_limit_from_the_file() {
+    let registry = resilience::registry::Registry::builder()
+        .config_str("[limits.stock]\nmax_concurrent = 1\n", "limits.toml")
+        .unwrap()
+        .breaker("stock", BreakerConfig::new())
+        .build()
+        .unwrap();
+    let layer = ResilienceMiddleware::from_registry(&registry, "stock");
+    assert_eq!(
+        layer.limit().and_then(|l| l.as_bulkhead()).map(|b| b.max()),
+        Some(1)
+    );
+    let server = FaultServer::start().await.unwrap();
+    server.always("/slow", Reply::Slow(Duration::from_millis(500)));
+    let client = ClientBuilder::new(reqwest::Client::new())
+        .with(layer)
+        .build();
+    let first = tokio::spawn({
+        let (client, url) = (client.clone(), server.url("/slow"));
+        async move { client.get(url).send().await.map(|r| r.status().as_u16()) }
+    });
+    while server.requests_to("/slow").is_empty() {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    let err = client.get(server.url("/slow")).send().await.unwrap_err();
+    assert_eq!(overloaded(&err).map(|o| o.limiter()), Some("stock"));
+    assert_eq!(first.await.unwrap().unwrap(), 200);
+    assert_eq!(server.requests_to("/slow").len(), 1);
+}

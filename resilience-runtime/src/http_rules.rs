@@ -193,7 +193,10 @@ macro_rules! layer_builder {
             /// code registered for `name`, else the HTTP defaults. The breaker is
             /// the one every `#[circuit_breaker(name = ...)]` of the same name
             /// shares, configured as those sites declare it whether the layer
-            /// is built before or after their first call. A name that only layers use (no attribute carries it) is
+            /// is built before or after their first call. The load limiter
+            /// of that name, if one is configured (`[limits.<name>]` in the file,
+            /// [`RegistryBuilder::limit`](crate::registry::RegistryBuilder::limit)),
+            /// takes each attempt. A name that only layers use (no attribute carries it) is
             /// declared in the builder
             /// ([`RegistryBuilder::breaker`](crate::registry::RegistryBuilder::breaker),
             /// [`RegistryBuilder::policy`](crate::registry::RegistryBuilder::policy))
@@ -216,7 +219,7 @@ macro_rules! layer_builder {
                     policy: registry.policy(name, $crate::retry::PolicyBuilder::http()),
                     breaker: Some(registry.layer_breaker(name).clone()),
                     hedge: None,
-                    limit: None,
+                    limit: registry.limiter(name),
                 }
             }
 

@@ -51,6 +51,7 @@
 
 mod adaptive;
 mod bulkhead;
+mod config;
 mod limiter;
 mod priority;
 mod report;
@@ -59,6 +60,7 @@ mod vegas;
 
 pub use adaptive::{AdaptiveLimit, LimitPermit};
 pub use bulkhead::{Bulkhead, BulkheadPermit};
+pub use config::LimitConfig;
 pub use limiter::Limiter;
 pub use priority::Priority;
 pub use throttle::{Throttle, ThrottleConfig, ThrottleTicket};

@@ -8,6 +8,7 @@ use serde::Deserialize;
 
 use crate::breaker::{BreakerConfig, FamilyConfig, Sharing};
 use crate::error::ConfigError;
+use crate::limit::{LimitConfig, ThrottleConfig, VegasConfig};
 use crate::retry::{BudgetConfig, Jitter, PolicyBuilder};
 
 /// A parsed and checked config file.
@@ -19,6 +20,7 @@ pub(super) struct FileConfig {
     breakers: HashMap<String, BreakerSection>,
     retry: HashMap<String, RetrySection>,
     budgets: HashMap<String, BudgetSection>,
+    limits: HashMap<String, LimitConfig>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -35,6 +37,118 @@ struct Raw {
     retry: toml::Table,
     #[serde(default)]
     budgets: toml::Table,
+    #[serde(default)]
+    limits: toml::Table,
+}
+
+/// The keys of a `[limits.<name>]` section (see `resilience::limit`): a
+/// section names its kind and replaces whatever the code configured for
+/// that name.
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct LimitSection {
+    max_concurrent: Option<u32>,
+    max_wait: Option<String>,
+    adaptive: Option<bool>,
+    initial_limit: Option<u32>,
+    min_limit: Option<u32>,
+    max_limit: Option<u32>,
+    throttle: Option<bool>,
+    k: Option<f64>,
+    window: Option<String>,
+}
+
+impl LimitSection {
+    fn config(&self) -> Result<LimitConfig, ConfigError> {
+        let subject = "load limit";
+        let tuned =
+            self.initial_limit.is_some() || self.min_limit.is_some() || self.max_limit.is_some();
+        let adaptive = self.adaptive == Some(true);
+        if tuned && !adaptive {
+            return Err(ConfigError::new(
+                subject,
+                "adaptive",
+                self.adaptive.unwrap_or(false),
+                "`initial_limit`, `min_limit` and `max_limit` tune an adaptive limit: add `adaptive = true`",
+            ));
+        }
+        let config = match (self.max_concurrent, adaptive) {
+            (Some(max), true) => {
+                return Err(ConfigError::new(
+                    subject,
+                    "max_concurrent",
+                    max,
+                    "a bulkhead (`max_concurrent`) and an adaptive limit (`adaptive = true`) exclude each other: keep one",
+                ));
+            }
+            (Some(max), false) => Some(LimitConfig::bulkhead(max)),
+            (None, true) => {
+                let mut vegas = VegasConfig::new();
+                if let Some(limit) = self.initial_limit {
+                    vegas = vegas.with_initial_limit(limit);
+                }
+                if let Some(limit) = self.min_limit {
+                    vegas = vegas.with_min_limit(limit);
+                }
+                if let Some(limit) = self.max_limit {
+                    vegas = vegas.with_max_limit(limit);
+                }
+                Some(LimitConfig::adaptive(vegas))
+            }
+            (None, false) => None,
+        };
+        let config = match &self.max_wait {
+            Some(text) if self.max_concurrent.is_none() => {
+                return Err(ConfigError::new(
+                    subject,
+                    "max_wait",
+                    format!("{text:?}"),
+                    "`max_wait` is a bulkhead's (`max_concurrent`); an adaptive limit never waits",
+                ));
+            }
+            Some(text) => {
+                let wait = duration("max_wait", text)?;
+                config.map(|c| c.with_max_wait(wait))
+            }
+            None => config,
+        };
+        let throttled = self.throttle == Some(true);
+        if (self.k.is_some() || self.window.is_some()) && !throttled {
+            return Err(ConfigError::new(
+                subject,
+                "throttle",
+                self.throttle.unwrap_or(false),
+                "`k` and `window` tune the client-side throttle: add `throttle = true`",
+            ));
+        }
+        let throttle = if throttled {
+            let mut throttle = ThrottleConfig::new();
+            if let Some(k) = self.k {
+                throttle = throttle.with_k(k);
+            }
+            if let Some(window) = &self.window {
+                throttle = throttle.with_window(duration("window", window)?);
+            }
+            Some(throttle)
+        } else {
+            None
+        };
+        let config = match (config, throttle) {
+            (Some(config), Some(throttle)) => config.with_throttle(throttle),
+            (Some(config), None) => config,
+            (None, Some(throttle)) => LimitConfig::throttle(throttle),
+            (None, None) => {
+                return Err(ConfigError::new(
+                    subject,
+                    "max_concurrent",
+                    "(none)",
+                    "a `[limits.<name>]` section needs `max_concurrent = N` (a bulkhead), `adaptive = true` (a limit that follows the latency) or `throttle = true`",
+                ));
+            }
+        };
+        config.validate()?;
+        Ok(config)
+    }
 }
 
 /// The keys of a `[budgets.<name>]` section.
@@ -223,6 +337,23 @@ impl FileConfig {
             }
             budgets.insert(name, budget);
         }
+        let mut limits = HashMap::new();
+        for (name, value) in raw.limits {
+            let header = format!("[limits.{}]", super::toml_key(&name));
+            let section = match read_table::<LimitSection>(value) {
+                Ok(section) => section,
+                Err(err) => {
+                    errors.extend(at_line(err, &header, "limits", &name));
+                    continue;
+                }
+            };
+            match section.config() {
+                Ok(config) => {
+                    limits.insert(name, config);
+                }
+                Err(err) => errors.extend(at_line(err, &header, "limits", &name)),
+            }
+        }
         if let Some(service) = &raw.service {
             if service.trim().is_empty() {
                 errors.push(ConfigError::new(
@@ -243,7 +374,13 @@ impl FileConfig {
             breakers,
             retry,
             budgets,
+            limits,
         })
+    }
+
+    /// `[limits.<name>]`, checked at load time.
+    pub(super) fn limit(&self, name: &str) -> Option<LimitConfig> {
+        self.limits.get(name).copied()
     }
 
     /// The names of the `[breakers.*]` sections.

@@ -431,6 +431,8 @@ struct Shared {
     code_families: HashMap<String, FamilyConfig>,
     families: HashMap<&'static str, &'static BreakerFamily>,
     budgets: HashMap<String, &'static Budget>,
+    code_limits: HashMap<String, crate::limit::LimitConfig>,
+    limiters: HashMap<String, std::sync::Arc<crate::limit::Limiter>>,
 }
 
 struct Live {
@@ -1060,6 +1062,50 @@ impl Registry {
         budget
     }
 
+    /// The load limiter named `name` (see [`limit`](crate::limit)), one
+    /// per name in this registry: the file's `[limits.<name>]` section, or
+    /// else the code's [`RegistryBuilder::limit`]; `None` when neither
+    /// configures it. The HTTP layers built [`from_registry`](crate::tower::ResilienceLayer)
+    /// put their attempts behind it.
+    ///
+    /// ```
+    /// use resilience::registry::Registry;
+    ///
+    /// let registry = Registry::builder()
+    ///     .config_str("[limits.users]\nadaptive = true\nmax_limit = 200\nthrottle = true\n", "limits.toml")?
+    ///     .build()?;
+    /// let users = registry.limiter("users").unwrap();
+    /// assert_eq!(users.as_adaptive().unwrap().limit(), 20);
+    /// assert!(users.as_throttle().is_some());
+    /// assert!(std::sync::Arc::ptr_eq(&users, &registry.limiter("users").unwrap()));
+    /// assert!(registry.limiter("orders").is_none());
+    /// # Ok::<(), resilience::ConfigError>(())
+    /// ```
+    pub fn limiter(&self, name: &str) -> Option<std::sync::Arc<crate::limit::Limiter>> {
+        if let Some(limiter) = self.read().limiters.get(name) {
+            return Some(limiter.clone());
+        }
+        let mut shared = self.write();
+        if let Some(limiter) = shared.limiters.get(name) {
+            return Some(limiter.clone());
+        }
+        let config = self
+            .file
+            .limit(name)
+            .or_else(|| shared.code_limits.get(name).copied())?;
+        let leaked: &'static str = Box::leak(name.to_owned().into_boxed_str());
+        // Both were checked when the registry was built.
+        let limiter = match config.build_in(self.service, leaked) {
+            Ok(limiter) => std::sync::Arc::new(limiter),
+            Err(err) => {
+                tracing::error!(limiter = name, error = %err, "invalid load limit; calls go unlimited");
+                return None;
+            }
+        };
+        shared.limiters.insert(name.to_owned(), limiter.clone());
+        Some(limiter)
+    }
+
     /// The service this process is, for the `service` label of metrics.
     pub fn service(&self) -> &'static str {
         self.service
@@ -1214,6 +1260,13 @@ impl RegistryBuilder {
         self
     }
 
+    /// The load limiter `name` ([`Registry::limiter`]); a `[limits.<name>]`
+    /// section of the config file replaces it.
+    pub fn limit(mut self, name: impl Into<String>, config: crate::limit::LimitConfig) -> Self {
+        self.shared.code_limits.insert(name.into(), config);
+        self
+    }
+
     /// Checks TOML text as if read from a file named `origin`.
     pub fn config_str(mut self, toml: &str, origin: &str) -> Result<Self, ConfigError> {
         self.file = Some(FileConfig::parse(toml, origin)?);
@@ -1236,6 +1289,11 @@ impl RegistryBuilder {
             config
                 .validate()
                 .map_err(|err| err.with_subject(format!("retry budget `{name}`")))?;
+        }
+        for (name, config) in &self.shared.code_limits {
+            config
+                .validate()
+                .map_err(|err| err.with_subject(format!("load limit `{name}`")))?;
         }
         let declared = Declared::resolve(&self.shared)?;
         let registry = self.build_lenient(declared);

@@ -1,0 +1,281 @@
+//! A limiter's configuration, as the registry and its file give it.
+
+use std::time::Duration;
+
+use super::{AdaptiveLimit, Bulkhead, Limiter, Throttle, ThrottleConfig, VegasConfig};
+use crate::error::ConfigError;
+
+/// What a [`Limiter`] is made of: at most one of a bulkhead and an adaptive
+/// limit, and an optional throttle in front. The registry builds one per
+/// name from it ([`Registry::limiter`](crate::registry::Registry::limiter)),
+/// the `[limits.<name>]` section of its file laid over the code's.
+///
+/// ```
+/// use resilience::limit::{LimitConfig, ThrottleConfig, VegasConfig};
+///
+/// let limiter = LimitConfig::adaptive(VegasConfig::new())
+///     .with_throttle(ThrottleConfig::new())
+///     .build("users")?;
+/// assert_eq!(limiter.as_adaptive().unwrap().limit(), 20);
+/// assert!(limiter.as_throttle().is_some());
+/// assert!(LimitConfig::bulkhead(0).build("users").is_err());
+/// # Ok::<(), resilience::ConfigError>(())
+/// ```
+#[derive(Debug, Clone, Copy)]
+pub struct LimitConfig {
+    slots: SlotsConfig,
+    throttle: Option<ThrottleConfig>,
+}
+
+#[derive(Debug, Clone, Copy)]
+enum SlotsConfig {
+    None,
+    Bulkhead { max: u32, max_wait: Duration },
+    Adaptive(VegasConfig),
+}
+
+impl LimitConfig {
+    /// A bulkhead of `max` calls in flight, shedding at once.
+    pub const fn bulkhead(max: u32) -> Self {
+        Self {
+            slots: SlotsConfig::Bulkhead {
+                max,
+                max_wait: Duration::ZERO,
+            },
+            throttle: None,
+        }
+    }
+
+    /// An adaptive limit (Vegas) with `config`.
+    pub const fn adaptive(config: VegasConfig) -> Self {
+        Self {
+            slots: SlotsConfig::Adaptive(config),
+            throttle: None,
+        }
+    }
+
+    /// A throttle alone, with `config`.
+    pub const fn throttle(config: ThrottleConfig) -> Self {
+        Self {
+            slots: SlotsConfig::None,
+            throttle: Some(config),
+        }
+    }
+
+    /// The same, with a throttle in front.
+    pub const fn with_throttle(mut self, config: ThrottleConfig) -> Self {
+        self.throttle = Some(config);
+        self
+    }
+
+    /// The same, whose bulkhead waits at most `max_wait` for a slot (no
+    /// effect on an adaptive limit, which never waits).
+    pub const fn with_max_wait(mut self, max_wait: Duration) -> Self {
+        if let SlotsConfig::Bulkhead { max, .. } = self.slots {
+            self.slots = SlotsConfig::Bulkhead { max, max_wait };
+        }
+        self
+    }
+
+    /// The bulkhead's `max`, if this is a bulkhead.
+    pub const fn max_concurrent(&self) -> Option<u32> {
+        match self.slots {
+            SlotsConfig::Bulkhead { max, .. } => Some(max),
+            _ => None,
+        }
+    }
+
+    /// The adaptive limit's settings, if this is one.
+    pub const fn vegas(&self) -> Option<VegasConfig> {
+        match self.slots {
+            SlotsConfig::Adaptive(config) => Some(config),
+            _ => None,
+        }
+    }
+
+    /// The throttle's settings, if it has one.
+    pub const fn throttle_config(&self) -> Option<ThrottleConfig> {
+        self.throttle
+    }
+
+    /// Checks every part: a bulkhead of at least 1, the Vegas and the
+    /// throttle settings.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let mut errors = Vec::new();
+        match self.slots {
+            SlotsConfig::None => {}
+            SlotsConfig::Bulkhead { max: 0, .. } => errors.push(ConfigError::new(
+                "bulkhead",
+                "max_concurrent",
+                0,
+                "a bulkhead of 0 would shed every call; use at least 1",
+            )),
+            SlotsConfig::Bulkhead { .. } => {}
+            SlotsConfig::Adaptive(config) => errors.extend(config.validate().err()),
+        }
+        if let Some(throttle) = self.throttle {
+            errors.extend(throttle.validate().err());
+        }
+        ConfigError::combine(errors).map_or(Ok(()), Err)
+    }
+
+    /// The limiter `name` (the `target` of its metrics), after checking
+    /// every part.
+    pub fn build(&self, name: &'static str) -> Result<Limiter, ConfigError> {
+        self.build_in(crate::registry::UNKNOWN_SERVICE, name)
+    }
+
+    pub(crate) fn build_in(
+        &self,
+        service: &'static str,
+        name: &'static str,
+    ) -> Result<Limiter, ConfigError> {
+        let mut errors = Vec::new();
+        let throttle = match self.throttle.map(|c| Throttle::new_in(service, name, c)) {
+            Some(Ok(throttle)) => Some(throttle),
+            Some(Err(err)) => {
+                errors.push(err);
+                None
+            }
+            None => None,
+        };
+        let slots = match self.slots {
+            SlotsConfig::None => None,
+            SlotsConfig::Bulkhead { max, max_wait } => match Bulkhead::new_in(service, name, max) {
+                Ok(bulkhead) => Some(Limiter::bulkhead(bulkhead.with_max_wait(max_wait))),
+                Err(err) => {
+                    errors.push(err);
+                    None
+                }
+            },
+            SlotsConfig::Adaptive(config) => match AdaptiveLimit::new_in(service, name, config) {
+                Ok(limit) => Some(Limiter::adaptive(limit)),
+                Err(err) => {
+                    errors.push(err);
+                    None
+                }
+            },
+        };
+        if let Some(err) = ConfigError::combine(errors) {
+            return Err(err);
+        }
+        match (slots, throttle) {
+            (Some(slots), Some(throttle)) => Ok(slots.with_throttle(throttle)),
+            (Some(slots), None) => Ok(slots),
+            (None, Some(throttle)) => Ok(Limiter::throttle(throttle)),
+            // Every constructor sets a part.
+            (None, None) => unreachable!("a limit config without a part"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use crate::limit::{LimitConfig, VegasConfig};
+    use crate::registry::Registry;
+
+    fn registry(toml: &str) -> Result<Registry, crate::ConfigError> {
+        Registry::builder().config_str(toml, "limits.toml")?.build()
+    }
+
+    #[test]
+    fn a_file_section_of_each_kind() {
+        let registry = registry(
+            "[limits.stock]\nmax_concurrent = 8\nmax_wait = \"20ms\"\n\
+             [limits.users]\nadaptive = true\ninitial_limit = 10\nmax_limit = 50\nthrottle = true\nk = 1.5\n\
+             [limits.search]\nthrottle = true\nwindow = \"60s\"\n",
+        )
+        .unwrap();
+        let stock = registry.limiter("stock").unwrap();
+        let bulkhead = stock.as_bulkhead().unwrap();
+        assert_eq!(
+            (bulkhead.max(), bulkhead.max_wait()),
+            (8, Duration::from_millis(20))
+        );
+        assert!(stock.as_throttle().is_none());
+        let users = registry.limiter("users").unwrap();
+        assert_eq!(users.as_adaptive().unwrap().limit(), 10);
+        assert!(users.as_throttle().is_some());
+        let search = registry.limiter("search").unwrap();
+        assert!(search.as_bulkhead().is_none() && search.as_adaptive().is_none());
+        assert!(search.as_throttle().is_some());
+        assert!(registry.limiter("orders").is_none());
+    }
+
+    #[test]
+    fn the_file_replaces_the_code() {
+        let registry = Registry::builder()
+            .limit("stock", LimitConfig::adaptive(VegasConfig::new()))
+            .limit("users", LimitConfig::bulkhead(4))
+            .config_str("[limits.stock]\nmax_concurrent = 2\n", "limits.toml")
+            .unwrap()
+            .build()
+            .unwrap();
+        assert_eq!(
+            registry
+                .limiter("stock")
+                .unwrap()
+                .as_bulkhead()
+                .unwrap()
+                .max(),
+            2
+        );
+        assert_eq!(
+            registry
+                .limiter("users")
+                .unwrap()
+                .as_bulkhead()
+                .unwrap()
+                .max(),
+            4
+        );
+    }
+
+    #[test]
+    fn sections_that_make_no_sense_are_refused_with_the_fix() {
+        let cases = [
+            (
+                "max_concurrent = 4\nadaptive = true",
+                "max_concurrent",
+                "exclude each other",
+            ),
+            ("max_limit = 40", "adaptive", "add `adaptive = true`"),
+            (
+                "adaptive = true\nmax_wait = \"10ms\"",
+                "max_wait",
+                "an adaptive limit never waits",
+            ),
+            (
+                "max_concurrent = 4\nk = 3.0",
+                "throttle",
+                "add `throttle = true`",
+            ),
+            ("", "max_concurrent", "needs `max_concurrent = N`"),
+            ("max_concurrent = 0", "max_concurrent", "at least 1"),
+            (
+                "adaptive = true\ninitial_limit = 5000",
+                "initial_limit",
+                "between `min_limit`",
+            ),
+            ("throttle = true\nk = 0.5", "k", "at least 1"),
+            ("max_concurent = 4", "max_concurent", ""),
+        ];
+        for (section, field, reason) in cases {
+            let err = registry(&format!("[limits.stock]\n{section}\n")).unwrap_err();
+            assert_eq!(err.field(), field, "{section}: {err}");
+            assert!(err.reason().contains(reason), "{section}: {err}");
+            assert!(err.subject().contains("[limits.stock]"), "{section}: {err}");
+        }
+    }
+
+    #[test]
+    fn the_code_is_checked_when_the_registry_is_built() {
+        let err = Registry::builder()
+            .limit("stock", LimitConfig::bulkhead(0))
+            .build()
+            .unwrap_err();
+        assert_eq!(err.subject(), "load limit `stock`");
+    }
+}
