@@ -78,3 +78,112 @@ impl Report {
         Overloaded::new(self.labels.target(), self.by, limit)
     }
 }
+
+#[cfg(all(test, feature = "metrics"))]
+mod tests {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use metrics_util::debugging::{DebugValue, DebuggingRecorder};
+    use tracing::span::{Attributes, Id, Record};
+    use tracing::{Event, Level, Metadata, Subscriber};
+
+    use crate::limit::{AdaptiveLimit, Bulkhead, Priority, VegasConfig};
+
+    /// Counts the WARN events of the `resilience` target.
+    struct Warns(Arc<AtomicUsize>);
+
+    impl Subscriber for Warns {
+        fn enabled(&self, _: &Metadata<'_>) -> bool {
+            true
+        }
+        fn new_span(&self, _: &Attributes<'_>) -> Id {
+            Id::from_u64(1)
+        }
+        fn record(&self, _: &Id, _: &Record<'_>) {}
+        fn record_follows_from(&self, _: &Id, _: &Id) {}
+        fn event(&self, event: &Event<'_>) {
+            let meta = event.metadata();
+            if *meta.level() == Level::WARN && meta.target() == "resilience" {
+                self.0.fetch_add(1, Ordering::SeqCst);
+            }
+        }
+        fn enter(&self, _: &Id) {}
+        fn exit(&self, _: &Id) {}
+    }
+
+    fn value<'a>(snapshot: &'a [(String, DebugValue)], name: &str) -> Option<&'a DebugValue> {
+        snapshot
+            .iter()
+            .find(|(key, _)| key == name)
+            .map(|(_, value)| value)
+    }
+
+    /// A WARN at the first shed, none for the next ones within a minute,
+    /// one again after it; every shed counted with its part and priority;
+    /// the limit and the calls in flight as gauges.
+    #[tokio::test(start_paused = true)]
+    async fn the_first_shed_warns_and_every_shed_is_counted() {
+        let recorder = DebuggingRecorder::new();
+        let snapshotter = recorder.snapshotter();
+        let _local = metrics::set_default_local_recorder(&recorder);
+        let warns = Arc::new(AtomicUsize::new(0));
+        let _subscriber = tracing::subscriber::set_default(Warns(warns.clone()));
+
+        let bulkhead = Bulkhead::new("stock", 1).unwrap();
+        let _held = bulkhead.try_acquire(Priority::Critical).unwrap();
+        for _ in 0..3 {
+            assert!(bulkhead.try_acquire(Priority::Default).is_err());
+        }
+        assert_eq!(
+            warns.load(Ordering::SeqCst),
+            1,
+            "one WARN for the first shed"
+        );
+        tokio::time::advance(std::time::Duration::from_secs(59)).await;
+        assert!(bulkhead.try_acquire(Priority::Sheddable).is_err());
+        assert_eq!(warns.load(Ordering::SeqCst), 1);
+        tokio::time::advance(std::time::Duration::from_secs(2)).await;
+        assert!(bulkhead.try_acquire(Priority::Default).is_err());
+        assert_eq!(warns.load(Ordering::SeqCst), 2, "again after a minute");
+        let limit = AdaptiveLimit::new("users", VegasConfig::new()).unwrap();
+        let _permit = limit.try_acquire(Priority::Default).unwrap();
+
+        let snapshot: Vec<(String, DebugValue)> = snapshotter
+            .snapshot()
+            .into_vec()
+            .into_iter()
+            .map(|(key, _, _, value)| {
+                let key = key.key();
+                let mut labels: Vec<_> = key
+                    .labels()
+                    .map(|l| format!("{}={}", l.key(), l.value()))
+                    .collect();
+                labels.sort();
+                (format!("{}{{{}}}", key.name(), labels.join(",")), value)
+            })
+            .collect();
+        let shed = |priority: &str| match value(
+            &snapshot,
+            &format!(
+                "http_client_shed_total{{by=bulkhead,priority={priority},service=unknown_service,target=stock}}"
+            ),
+        ) {
+            Some(DebugValue::Counter(n)) => Some(*n),
+            _ => None,
+        };
+        assert_eq!(shed("default"), Some(4));
+        assert_eq!(shed("sheddable"), Some(1));
+        let gauge = |name: &str, target: &str| match value(
+            &snapshot,
+            &format!("{name}{{service=unknown_service,target={target}}}"),
+        ) {
+            Some(DebugValue::Gauge(v)) => Some(v.into_inner()),
+            _ => None,
+        };
+        assert_eq!(gauge("http_client_concurrency_limit", "stock"), Some(1.0));
+        assert_eq!(gauge("http_client_in_flight", "stock"), Some(1.0));
+        assert_eq!(gauge("http_client_concurrency_limit", "users"), Some(20.0));
+        assert_eq!(gauge("http_client_in_flight", "users"), Some(1.0));
+    }
+}
