@@ -1186,3 +1186,47 @@ mod tests {
         assert_eq!((calls, start.elapsed()), (1, Duration::from_millis(500)));
     }
 }
+
+/// The load limiter of one `#[retry(limit = "…")]` site: the registry's
+/// limiter of that name (`[limits.<name>]`, `RegistryBuilder::limit`), or
+/// else an adaptive limit at Netflix's Vegas defaults, shared by every site
+/// of that name; resolved on the first call.
+#[derive(Debug)]
+pub struct LimitSite {
+    name: &'static str,
+    priority: resilience_runtime::limit::Priority,
+    resolved: OnceLock<Option<std::sync::Arc<resilience_runtime::limit::Limiter>>>,
+}
+
+impl LimitSite {
+    /// The site of the limiter `name`, whose attempts have `priority`.
+    pub const fn new(name: &'static str, priority: resilience_runtime::limit::Priority) -> Self {
+        Self {
+            name,
+            priority,
+            resolved: OnceLock::new(),
+        }
+    }
+}
+
+/// One attempt through the site's limiter: shed with the caller's error
+/// made from `Error::Overloaded` (not retried, nothing for the breaker), or
+/// run and recorded.
+pub async fn limited<F, T, E>(site: &'static LimitSite, attempt: F) -> Result<T, E>
+where
+    F: Future<Output = Result<T, E>>,
+    E: Classify + FromRuntimeError,
+{
+    let limiter = site.resolved.get_or_init(|| {
+        registry::global().limiter_or_default(
+            site.name,
+            resilience_runtime::limit::LimitConfig::adaptive(
+                resilience_runtime::limit::VegasConfig::new(),
+            ),
+        )
+    });
+    match limiter {
+        Some(limiter) => limiter.call(site.priority, attempt).await,
+        None => attempt.await,
+    }
+}

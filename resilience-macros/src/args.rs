@@ -48,6 +48,10 @@ pub(crate) struct RetryArgs {
     pub(crate) preset: Option<Arg<RetryPreset>>,
     pub(crate) name: Option<Arg<String>>,
     pub(crate) budget: Option<Arg<String>>,
+    /// The load limiter each attempt goes through (`resilience::limit`).
+    pub(crate) limit: Option<Arg<String>>,
+    /// The attempts' priority in that limiter.
+    pub(crate) priority: Option<Arg<LimitPriority>>,
     pub(crate) when: Option<Arg<syn::Path>>,
     pub(crate) method: Option<Arg<Method>>,
     pub(crate) idempotent: Option<Arg<()>>,
@@ -145,6 +149,8 @@ const RETRY_KEYS: &[&str] = &[
     "preset",
     "name",
     "budget",
+    "limit",
+    "priority",
     "when",
     "method",
     "idempotent",
@@ -230,6 +236,19 @@ pub(crate) fn parse_retry(tokens: TokenStream, errors: &mut Errors) -> RetryArgs
             }),
             "name" => one(&mut args.name, &meta, errors, name),
             "budget" => one(&mut args.budget, &meta, errors, budget_name),
+            "limit" => one(&mut args.limit, &meta, errors, limit_name),
+            // The words of `resilience::limit::Priority::as_str`.
+            "priority" => one(&mut args.priority, &meta, errors, |v| {
+                choice(
+                    v,
+                    "priority",
+                    &[
+                        ("critical", LimitPriority::Critical),
+                        ("default", LimitPriority::Default),
+                        ("sheddable", LimitPriority::Sheddable),
+                    ],
+                )
+            }),
             "when" => one(&mut args.when, &meta, errors, |v| {
                 path(v, "when", "my_classifier")
             }),
@@ -547,6 +566,24 @@ pub(crate) fn name(value: &Expr) -> syn::Result<String> {
         _ => Err(syn::Error::new_spanned(
             value,
             "`name` is a string literal, e.g. `name = \"user-service\"`",
+        )),
+    }
+}
+
+/// A call's priority in a load limiter: `resilience::limit::Priority`.
+#[derive(Clone, Copy)]
+pub(crate) enum LimitPriority {
+    Critical,
+    Default,
+    Sheddable,
+}
+
+fn limit_name(value: &Expr) -> syn::Result<String> {
+    match literal(value) {
+        Some(Lit::Str(text)) if !text.value().trim().is_empty() => Ok(text.value()),
+        _ => Err(syn::Error::new_spanned(
+            value,
+            "`limit` is a string literal naming the load limiter of the dependency, shared by every call to it, e.g. `limit = \"user-service\"`",
         )),
     }
 }

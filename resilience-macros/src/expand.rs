@@ -8,7 +8,7 @@ use quote::{quote, quote_spanned};
 use syn::ItemFn;
 use syn::visit_mut::VisitMut;
 
-use crate::args::{BreakerArgs, BreakerPreset, RetryArgs, RetryPreset};
+use crate::args::{BreakerArgs, BreakerPreset, LimitPriority, RetryArgs, RetryPreset};
 use crate::async_trait::AsyncTraitBody;
 use crate::sig::{Params, ReplaceSelf, ResultType};
 
@@ -162,9 +162,33 @@ pub(crate) fn expand(plan: Plan<'_>) -> TokenStream {
             let run = quote_spanned! {error_span=>
                 __resilience_chain.attempt(__resilience_attempt).await
             };
+            // `limit = "…"`: each attempt takes a slot of the registry's
+            // limiter of that name (a slot per attempt, not per call).
+            let (limit_site, attempt) = match &args.limit {
+                Some(limit) => {
+                    let limit = &limit.value;
+                    let priority = match args.priority.as_ref().map(|p| p.get()) {
+                        Some(LimitPriority::Critical) => quote!(Critical),
+                        Some(LimitPriority::Sheddable) => quote!(Sheddable),
+                        Some(LimitPriority::Default) | None => quote!(Default),
+                    };
+                    (
+                        quote! {
+                            static __RESILIENCE_LIMIT: ::resilience::__private::LimitSite =
+                                ::resilience::__private::LimitSite::new(
+                                    #limit,
+                                    ::resilience::limit::Priority::#priority,
+                                );
+                        },
+                        quote!(::resilience::__private::limited(&__RESILIENCE_LIMIT, #attempt)),
+                    )
+                }
+                None => (TokenStream::new(), attempt.clone()),
+            };
             quote! {
                 static __RESILIENCE_RETRY: ::resilience::__private::RetrySite = #site;
                 ::resilience::__private::register_site!(__RESILIENCE_RETRY_SITE = __RESILIENCE_RETRY);
+                #limit_site
                 let mut __resilience_chain = #chain;
                 loop {
                     let __resilience_attempt = #attempt;

@@ -47,6 +47,12 @@ pub(crate) fn retry(args: &RetryArgs, errors: &mut Errors) {
     let preset = args.preset.as_ref().map_or(RetryPreset::Http, |p| p.get());
     let defaults = retry_defaults(preset);
 
+    if let (Some(priority), None) = (&args.priority, &args.limit) {
+        errors.push(priority.error(
+            "`priority` orders the calls of a load limiter, and this chain goes through none\n  = help: add `limit = \"<dependency>\"`: each attempt then takes a slot of that limiter, and calls of a lower priority are shed first",
+        ));
+    }
+
     if let Some(max) = &args.max {
         if max.get() == 0 {
             errors.push(max.error(

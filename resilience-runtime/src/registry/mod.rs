@@ -1082,6 +1082,25 @@ impl Registry {
     /// # Ok::<(), resilience::ConfigError>(())
     /// ```
     pub fn limiter(&self, name: &str) -> Option<std::sync::Arc<crate::limit::Limiter>> {
+        self.limiter_or(name, None)
+    }
+
+    /// [`limiter`](Self::limiter), built from `default` when neither the
+    /// file nor the code configures `name` (what `#[retry(limit = …)]`
+    /// does, with an adaptive limit at Netflix's Vegas defaults).
+    pub fn limiter_or_default(
+        &self,
+        name: &str,
+        default: crate::limit::LimitConfig,
+    ) -> Option<std::sync::Arc<crate::limit::Limiter>> {
+        self.limiter_or(name, Some(default))
+    }
+
+    fn limiter_or(
+        &self,
+        name: &str,
+        default: Option<crate::limit::LimitConfig>,
+    ) -> Option<std::sync::Arc<crate::limit::Limiter>> {
         if let Some(limiter) = self.read().limiters.get(name) {
             return Some(limiter.clone());
         }
@@ -1092,7 +1111,8 @@ impl Registry {
         let config = self
             .file
             .limit(name)
-            .or_else(|| shared.code_limits.get(name).copied())?;
+            .or_else(|| shared.code_limits.get(name).copied())
+            .or(default)?;
         let leaked: &'static str = Box::leak(name.to_owned().into_boxed_str());
         // Both were checked when the registry was built.
         let limiter = match config.build_in(self.service, leaked) {
