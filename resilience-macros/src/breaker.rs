@@ -84,6 +84,11 @@ pub(crate) fn expand(args: TokenStream, input: TokenStream) -> TokenStream {
         if let Err(err) = validate::breaker_body(&item) {
             errors.push(err);
         }
+        if let Some(limit) = retry.as_ref().and_then(|retry| retry.limit.as_ref()) {
+            if let Err(err) = validate::limit_body(&item, limit) {
+                errors.push(err);
+            }
+        }
     }
     let copies = retry.is_some() || breaker.fallback.is_some();
     let mut rewritten = item.clone();

@@ -34,6 +34,15 @@ pub(crate) fn expand(args: TokenStream, input: TokenStream) -> TokenStream {
         errors.push(err);
     }
     validate::fn_shape(&item, async_trait.is_some(), "retry", &mut errors);
+    // A fn that is not async was refused already, and awaits nothing for
+    // that reason.
+    if let Some(limit) = &args.limit {
+        if async_trait.is_some() || item.sig.asyncness.is_some() {
+            if let Err(err) = validate::limit_body(&item, limit) {
+                errors.push(err);
+            }
+        }
+    }
     let result = sig::result_type_for(&item, async_trait.as_ref(), "retry");
     let mut rewritten = item.clone();
     let params = sig::params(&mut rewritten.sig, async_trait.is_none());

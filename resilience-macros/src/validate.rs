@@ -491,6 +491,19 @@ pub(crate) fn breaker_body(item: &ItemFn) -> syn::Result<()> {
     ))
 }
 
+/// `#[retry(limit = …)]` on a fn whose body awaits nothing: a load limiter
+/// holds back calls to an overloaded dependency, which in-process code is
+/// not.
+pub(crate) fn limit_body(item: &ItemFn, limit: &crate::args::Arg<String>) -> syn::Result<()> {
+    if awaits(quote::ToTokens::to_token_stream(&item.block)) {
+        return Ok(());
+    }
+    Err(limit.error(format!(
+        "`limit` on `{}`, whose body awaits nothing: a load limiter holds back calls to a dependency that is overloaded, and this fn runs in-process code\n  = note: the limiter learns from how long each call waits on the dependency; code that awaits nothing never waits, so its slots and its latencies mean nothing\n  = help: remove `limit`, or put it on the fn that awaits the network call",
+        item.sig.ident
+    )))
+}
+
 /// Whether `tokens` hold an `.await`, or a macro call that may hide one.
 fn awaits(tokens: proc_macro2::TokenStream) -> bool {
     use proc_macro2::TokenTree;
