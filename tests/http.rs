@@ -321,14 +321,7 @@ enum HangError {
 
 #[resilience::circuit_breaker(name = "hangs-forever", min = 2, call_timeout = "2s")]
 async fn get_hanging(client: &reqwest::Client, url: &str) -> Result<String, HangError> {
-    Ok(client
-        .get(url)
-        .send()
-        .await
-        .map_err(HttpError::from)?
-        .text()
-        .await
-        .map_err(HttpError::from)?)
+    fetch(client, url).await
 }
 
 #[resilience::circuit_breaker(
@@ -338,14 +331,12 @@ async fn get_hanging(client: &reqwest::Client, url: &str) -> Result<String, Hang
     fallback = hanging_fallback
 )]
 async fn get_hanging_or_fallback(client: &reqwest::Client, url: &str) -> Result<String, HangError> {
-    Ok(client
-        .get(url)
-        .send()
-        .await
-        .map_err(HttpError::from)?
-        .text()
-        .await
-        .map_err(HttpError::from)?)
+    fetch(client, url).await
+}
+
+async fn fetch(client: &reqwest::Client, url: &str) -> Result<String, HangError> {
+    let response = client.get(url).send().await.map_err(HttpError::from)?;
+    Ok(response.text().await.map_err(HttpError::from)?)
 }
 
 async fn hanging_fallback(

@@ -403,6 +403,11 @@ fn differences(a: &BreakerConfig, b: &BreakerConfig) -> Vec<String> {
         format!("{:?}", b.probe_timeout()),
     );
     check(
+        "call_timeout",
+        format!("{:?}", a.call_timeout()),
+        format!("{:?}", b.call_timeout()),
+    );
+    check(
         "slow_call",
         format!("{:?}", a.slow_call()),
         format!("{:?}", b.slow_call()),
@@ -522,6 +527,7 @@ impl Registry {
     /// defaults when nothing names it; never one of the layer's own, so
     /// that the breaker is the same whichever of the layer and the sites
     /// comes first.
+    #[cfg(any(feature = "reqwest", feature = "tower"))]
     pub(crate) fn layer_breaker(&self, name: &'static str) -> &'static CircuitBreaker {
         let defaults = self
             .declared
