@@ -7,7 +7,9 @@
 //! (or, outside any runtime, by the ticker thread), so that a count leaves
 //! the window when its bucket does, however long nobody reads it.
 
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
+#[cfg(not(loom))]
+use std::sync::Weak;
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -20,6 +22,8 @@ use super::window::SlidingWindow;
 use super::{thread_ticker, ticker};
 
 /// What the tickers drive through time.
+// Under loom no ticker is built: only `maintain` and `origin` are used.
+#[cfg_attr(loom, allow(dead_code))]
 pub(crate) trait Ticked: Send + Sync {
     /// The word whose `PRECISE`, `NO_TICKER` and `THREAD` bits the tickers
     /// own (see [`state`](super::state)).
