@@ -309,16 +309,16 @@ async fn outage_run(outage: Outage, length: Duration) -> OutageFigures {
                 .body(format!("id={}", sent.id))
                 .send()
                 .await;
-            if let Ok(response) = response {
-                if response.status().as_u16() == 201 {
-                    let replayed = response.headers().contains_key("x-idempotency-replay");
-                    figures.reconciled_replayed += usize::from(replayed);
-                    if applied_before > 0 {
-                        assert!(replayed, "payment {} applied, then not replayed", sent.id);
-                    }
-                    settled = true;
-                    break;
+            if let Ok(response) = response
+                && response.status().as_u16() == 201
+            {
+                let replayed = response.headers().contains_key("x-idempotency-replay");
+                figures.reconciled_replayed += usize::from(replayed);
+                if applied_before > 0 {
+                    assert!(replayed, "payment {} applied, then not replayed", sent.id);
                 }
+                settled = true;
+                break;
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }

@@ -292,10 +292,10 @@ async fn play(State(inner): State<Shared>, request: Request, next: Next) -> Resp
         }
         Reply::Ok | Reply::DropMidBody => next.run(request).await,
     };
-    if response.headers().contains_key("x-idempotency-replay") {
-        if let Some(logged) = lock(&inner).log.get_mut(index) {
-            logged.replayed = true;
-        }
+    if response.headers().contains_key("x-idempotency-replay")
+        && let Some(logged) = lock(&inner).log.get_mut(index)
+    {
+        logged.replayed = true;
     }
     if reply == Reply::DropMidBody {
         drop_mid_body(response).await

@@ -19,10 +19,10 @@ pub(crate) fn expand(args: TokenStream, input: TokenStream) -> TokenStream {
     };
     let breaker = args::parse_breaker(args, &mut errors);
     validate::breaker(&breaker, &mut errors);
-    if let Some(key) = &breaker.key {
-        if let Err(err) = validate::breaker_key(key, &item.sig) {
-            errors.push(err);
-        }
+    if let Some(key) = &breaker.key
+        && let Err(err) = validate::breaker_key(key, &item.sig)
+    {
+        errors.push(err);
     }
     for attr in item
         .attrs
@@ -72,10 +72,10 @@ pub(crate) fn expand(args: TokenStream, input: TokenStream) -> TokenStream {
     let async_trait = crate::async_trait::detect(&item);
     validate::fn_shape(&item, async_trait.is_some(), "circuit_breaker", &mut errors);
     let result = sig::result_type_for(&item, async_trait.as_ref(), "circuit_breaker");
-    if let Ok(result) = &result {
-        if let Err(err) = validate::breaker_target(&result.ty) {
-            errors.push(err);
-        }
+    if let Ok(result) = &result
+        && let Err(err) = validate::breaker_target(&result.ty)
+    {
+        errors.push(err);
     }
     // A fn that is not async was refused already, and awaits nothing
     // for that reason.
@@ -84,19 +84,19 @@ pub(crate) fn expand(args: TokenStream, input: TokenStream) -> TokenStream {
         if let Err(err) = validate::breaker_body(&item) {
             errors.push(err);
         }
-        if let Some(limit) = retry.as_ref().and_then(|retry| retry.limit.as_ref()) {
-            if let Err(err) = validate::limit_body(&item, limit) {
-                errors.push(err);
-            }
+        if let Some(limit) = retry.as_ref().and_then(|retry| retry.limit.as_ref())
+            && let Err(err) = validate::limit_body(&item, limit)
+        {
+            errors.push(err);
         }
     }
     let copies = retry.is_some() || breaker.fallback.is_some();
     let mut rewritten = item.clone();
     let params = sig::params(&mut rewritten.sig, copies && async_trait.is_none());
-    if let Some(retry) = &retry {
-        if let Err(err) = idempotency::check(retry, &item.sig.ident, params.has_idempotency_key) {
-            errors.push(err);
-        }
+    if let Some(retry) = &retry
+        && let Err(err) = idempotency::check(retry, &item.sig.ident, params.has_idempotency_key)
+    {
+        errors.push(err);
     }
     rewritten.attrs.extend(passed.iter().cloned());
     // Refused, the fn keeps the marker of its `#[retry]`, so that the

@@ -82,7 +82,7 @@ pub(crate) fn display(duration: Duration) -> String {
         ("ms", 1_000_000),
         ("us", 1_000),
     ] {
-        if nanos >= per && nanos % per == 0 {
+        if nanos >= per && nanos.is_multiple_of(per) {
             return format!("{}{unit}", nanos / per);
         }
     }

@@ -63,13 +63,13 @@ fn check(hedge: &HedgeArgs, item: &ItemFn, errors: &mut Errors) {
         ))),
         Some(_) => {}
     }
-    if let Some(max) = &hedge.max {
-        if !(2..=MAX).contains(&max.get()) {
-            errors.push(max.error(format!(
+    if let Some(max) = &hedge.max
+        && !(2..=MAX).contains(&max.get())
+    {
+        errors.push(max.error(format!(
                 "`max = {}`: a hedged call makes 2 to {MAX} attempts in all, the first included (1 would never hedge; each more is one more request in flight at once)",
                 max.get()
             )));
-        }
     }
     for attr in &item.attrs {
         for (other, why) in [
@@ -88,13 +88,14 @@ fn check(hedge: &HedgeArgs, item: &ItemFn, errors: &mut Errors) {
             }
         }
     }
-    if let Some(FnArg::Receiver(receiver)) = item.sig.inputs.first() {
-        if receiver.reference.is_some() && receiver.mutability.is_some() {
-            errors.push(syn::Error::new_spanned(
+    if let Some(FnArg::Receiver(receiver)) = item.sig.inputs.first()
+        && receiver.reference.is_some()
+        && receiver.mutability.is_some()
+    {
+        errors.push(syn::Error::new_spanned(
                 receiver,
                 "`#[hedge]` on a fn taking `&mut self`: its attempts run at the same time, and only one of them could hold `&mut self`\n  = help: take `&self` (keep what the attempts change behind a `Mutex` or an atomic), or use `#[retry]`, whose attempts run one after the other",
             ));
-        }
     }
 }
 

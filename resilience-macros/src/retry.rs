@@ -36,12 +36,11 @@ pub(crate) fn expand(args: TokenStream, input: TokenStream) -> TokenStream {
     validate::fn_shape(&item, async_trait.is_some(), "retry", &mut errors);
     // A fn that is not async was refused already, and awaits nothing for
     // that reason.
-    if let Some(limit) = &args.limit {
-        if async_trait.is_some() || item.sig.asyncness.is_some() {
-            if let Err(err) = validate::limit_body(&item, limit) {
-                errors.push(err);
-            }
-        }
+    if let Some(limit) = &args.limit
+        && (async_trait.is_some() || item.sig.asyncness.is_some())
+        && let Err(err) = validate::limit_body(&item, limit)
+    {
+        errors.push(err);
     }
     let result = sig::result_type_for(&item, async_trait.as_ref(), "retry");
     let mut rewritten = item.clone();

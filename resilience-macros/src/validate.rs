@@ -65,12 +65,12 @@ pub(crate) fn retry(args: &RetryArgs, errors: &mut Errors) {
             )));
         }
     }
-    if let Some(initial) = &args.initial {
-        if initial.get().is_zero() {
-            errors.push(initial.error(
+    if let Some(initial) = &args.initial
+        && initial.get().is_zero()
+    {
+        errors.push(initial.error(
                 "`initial = \"0s\"` retries at once and hammers a dependency that is already failing\n  = help: use at least \"1ms\"; the default is \"100ms\"",
             ));
-        }
     }
     if let Some(multiplier) = &args.multiplier {
         let value = multiplier.get();
@@ -100,12 +100,12 @@ pub(crate) fn retry(args: &RetryArgs, errors: &mut Errors) {
             )));
         }
     }
-    if let Some(max_elapsed) = &args.max_elapsed {
-        if max_elapsed.get().is_zero() {
-            errors.push(max_elapsed.error(
+    if let Some(max_elapsed) = &args.max_elapsed
+        && max_elapsed.get().is_zero()
+    {
+        errors.push(max_elapsed.error(
                 "`max_elapsed = \"0s\"` would leave the chain without a time bound (0 means \"unbounded\" in some libraries): every retry chain is bounded by attempts AND elapsed time\n  = help: the default is \"5s\"; keep it well below the caller's deadline",
             ));
-        }
     }
 
     let initial = args.initial.as_ref().map_or(defaults.initial, |a| a.get());
@@ -243,14 +243,14 @@ pub(crate) fn breaker(args: &BreakerArgs, errors: &mut Errors) {
         ),
     ];
     for (arg, key, floor, why, default) in floors {
-        if let Some(arg) = arg {
-            if arg.get() < floor {
-                errors.push(arg.error(format!(
+        if let Some(arg) = arg
+            && arg.get() < floor
+        {
+            errors.push(arg.error(format!(
                     "`{key} = \"{}\"` is shorter than {}: {why}\n  = help: the default is \"{default}\"",
                     display(arg.get()),
                     display(floor)
                 )));
-            }
         }
     }
     family(args, errors);
@@ -286,13 +286,13 @@ fn family(args: &BreakerArgs, errors: &mut Errors) {
             errors.push(idle.error(message("idle")));
         }
     }
-    if let Some(max) = &args.max_members {
-        if max.get() == 0 || max.get() > 1_000_000 {
-            errors.push(max.error(format!(
+    if let Some(max) = &args.max_members
+        && (max.get() == 0 || max.get() > 1_000_000)
+    {
+        errors.push(max.error(format!(
                 "`max_members = {}` is outside 1 to 1000000: it caps how many breakers the family holds at once, each about 1 KiB\n  = help: the default is 1000",
                 max.get()
             )));
-        }
     }
     if let Some(idle) = &args.idle {
         let value = idle.get();
@@ -537,10 +537,8 @@ pub(crate) fn fn_shape(
     attribute: &str,
     errors: &mut Errors,
 ) {
-    if !rewritten_by_async_trait {
-        if let Err(err) = asyncness(&item.sig, attribute) {
-            errors.push(err);
-        }
+    if !rewritten_by_async_trait && let Err(err) = asyncness(&item.sig, attribute) {
+        errors.push(err);
     }
     if let Err(err) = instrument_order(item, attribute) {
         errors.push(err);

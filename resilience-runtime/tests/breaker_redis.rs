@@ -341,10 +341,10 @@ fn three_processes_trip_together_on_the_fleets_totals() {
             let (tx, answers) = mpsc::channel();
             std::thread::spawn(move || {
                 for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                    if let Some(answer) = line.strip_prefix("replica: ") {
-                        if tx.send(answer.to_owned()).is_err() {
-                            break;
-                        }
+                    if let Some(answer) = line.strip_prefix("replica: ")
+                        && tx.send(answer.to_owned()).is_err()
+                    {
+                        break;
                     }
                 }
             });

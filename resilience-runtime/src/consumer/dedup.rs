@@ -363,10 +363,10 @@ impl Dedup for MemoryDedup {
 
     async fn release(&self, id: &str, lease: Lease) -> Result<(), DedupError> {
         self.with(|records| {
-            if let Some(Record::Locked { lease: held, .. }) = records.get(id) {
-                if *held == lease {
-                    records.remove(id);
-                }
+            if let Some(Record::Locked { lease: held, .. }) = records.get(id)
+                && *held == lease
+            {
+                records.remove(id);
             }
         });
         Ok(())

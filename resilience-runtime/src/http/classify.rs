@@ -85,15 +85,15 @@ impl Classify for reqwest::Error {
 fn broken_connection(err: &reqwest::Error) -> bool {
     let mut source = err.source();
     while let Some(cause) = source {
-        if let Some(hyper) = cause.downcast_ref::<hyper::Error>() {
-            if hyper.is_incomplete_message() || hyper.is_canceled() || hyper.is_closed() {
-                return true;
-            }
+        if let Some(hyper) = cause.downcast_ref::<hyper::Error>()
+            && (hyper.is_incomplete_message() || hyper.is_canceled() || hyper.is_closed())
+        {
+            return true;
         }
-        if let Some(io) = cause.downcast_ref::<std::io::Error>() {
-            if io.classify().is_retryable() {
-                return true;
-            }
+        if let Some(io) = cause.downcast_ref::<std::io::Error>()
+            && io.classify().is_retryable()
+        {
+            return true;
         }
         source = cause.source();
     }

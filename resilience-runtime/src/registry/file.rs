@@ -354,15 +354,15 @@ impl FileConfig {
                 Err(err) => errors.extend(at_line(err, &header, "limits", &name)),
             }
         }
-        if let Some(service) = &raw.service {
-            if service.trim().is_empty() {
-                errors.push(ConfigError::new(
-                    format!("`{origin}`"),
-                    "service",
-                    "\"\"",
-                    "the service name labels every metric; give it a value or remove the key",
-                ));
-            }
+        if let Some(service) = &raw.service
+            && service.trim().is_empty()
+        {
+            errors.push(ConfigError::new(
+                format!("`{origin}`"),
+                "service",
+                "\"\"",
+                "the service name labels every metric; give it a value or remove the key",
+            ));
         }
         if let Some(err) = ConfigError::combine(errors) {
             return Err(err);

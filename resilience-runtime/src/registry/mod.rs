@@ -465,10 +465,10 @@ impl Registry {
     pub fn breaker(&self, name: &'static str, defaults: BreakerConfig) -> &'static CircuitBreaker {
         {
             let shared = self.read();
-            if let Some(live) = shared.live.get(name) {
-                if live.first == defaults || live.warned.contains(&defaults) {
-                    return live.breaker;
-                }
+            if let Some(live) = shared.live.get(name)
+                && (live.first == defaults || live.warned.contains(&defaults))
+            {
+                return live.breaker;
             }
         }
         let mut shared = self.write();

@@ -307,15 +307,15 @@ impl<R, P: Borrow<Policy>, S: Slot> Attempts<R, P, S> {
                 return Err(GiveUp::Deadline);
             }
             let mut until = (start + self.policy().max_elapsed(), Cut::Budget);
-            if let Some(timeout) = timeout {
-                if now + timeout < until.0 {
-                    until = (now + timeout, Cut::AttemptTimeout(timeout));
-                }
+            if let Some(timeout) = timeout
+                && now + timeout < until.0
+            {
+                until = (now + timeout, Cut::AttemptTimeout(timeout));
             }
-            if let Some(deadline) = deadline {
-                if deadline <= until.0 {
-                    until = (deadline, Cut::Deadline);
-                }
+            if let Some(deadline) = deadline
+                && deadline <= until.0
+            {
+                until = (deadline, Cut::Deadline);
             }
             timer = Some(until);
         }

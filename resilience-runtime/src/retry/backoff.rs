@@ -215,15 +215,15 @@ impl Backoff {
                 "the limit is 10: a larger multiplier jumps from `initial` to the cap in a step or two, a fixed wait rather than a backoff (2.0 is the default)",
             ));
         }
-        if let Jitter::Symmetric(f) | Jitter::Additive(f) = self.jitter {
-            if !(MIN_JITTER..=1.0).contains(&f) {
-                return Err(ConfigError::new(
-                    WHAT,
-                    "jitter",
-                    f,
-                    "jitter must be between 0.1 and 1.0: below 10 % clients that failed together retry together (thundering herd); 0.25 is the default",
-                ));
-            }
+        if let Jitter::Symmetric(f) | Jitter::Additive(f) = self.jitter
+            && !(MIN_JITTER..=1.0).contains(&f)
+        {
+            return Err(ConfigError::new(
+                WHAT,
+                "jitter",
+                f,
+                "jitter must be between 0.1 and 1.0: below 10 % clients that failed together retry together (thundering herd); 0.25 is the default",
+            ));
         }
         Ok(())
     }

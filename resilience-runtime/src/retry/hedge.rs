@@ -195,11 +195,11 @@ impl Policy {
                         // A chain inside an attempt makes one attempt: the
                         // hedges are this call's only extra requests.
                         let _polling = layer::polling(&HEDGED);
-                        if let Some(fut) = first.as_mut().as_pin_mut() {
-                            if let Poll::Ready(result) = fut.poll(cx) {
-                                first.set(None);
-                                return Poll::Ready(Event::Done(result));
-                            }
+                        if let Some(fut) = first.as_mut().as_pin_mut()
+                            && let Poll::Ready(result) = fut.poll(cx)
+                        {
+                            first.set(None);
+                            return Poll::Ready(Event::Done(result));
                         }
                         let mut i = 0;
                         while i < others.len() {

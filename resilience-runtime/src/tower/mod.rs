@@ -200,10 +200,10 @@ impl<RB, E> Classify for Attempt<RB, E> {
 /// success for the breaker).
 fn judge_response<RB>(rules: Rules, response: &Response<RB>) -> Option<Judged> {
     #[cfg(feature = "tonic")]
-    if rules == Rules::Grpc {
-        if let Some(judged) = grpc::judge(response.headers()) {
-            return judged;
-        }
+    if rules == Rules::Grpc
+        && let Some(judged) = grpc::judge(response.headers())
+    {
+        return judged;
     }
     let _ = rules;
     let verdict = http_rules::response_verdict(response.status(), response.headers());

@@ -243,10 +243,8 @@ impl Engine {
         );
         self.sent = totals;
         self.answered = Instant::now();
-        if release {
-            if let Some(grant) = &mut self.grant {
-                grant.released = true;
-            }
+        if release && let Some(grant) = &mut self.grant {
+            grant.released = true;
         }
         if let Some(grant) = &mut self.grant {
             grant.reported = grant.reported.saturating_add(ok as u16);
