@@ -48,6 +48,9 @@ pub struct RetrySite {
     /// The retry budget its chains draw on: the attribute's `budget`, or
     /// the breaker's name.
     budget: Option<&'static str>,
+    /// The load limiter each attempt takes a slot of: the attribute's
+    /// `limit`, declared here so that `install()` knows its name.
+    limit: Option<&'static str>,
     defaults: PolicyBuilder,
     /// The name, policy and labels, resolved together on the first call:
     /// the registry's service label is fixed once the global registry
@@ -97,6 +100,7 @@ impl RetrySite {
             in_impl: false,
             target: None,
             budget: None,
+            limit: None,
             defaults,
             resolved: OnceLock::new(),
         }
@@ -129,6 +133,13 @@ impl RetrySite {
     /// (by default, the breaker's name given to [`with_target`](Self::with_target)).
     pub const fn with_budget(mut self, budget: &'static str) -> Self {
         self.budget = Some(budget);
+        self
+    }
+
+    /// The same site, whose attempts take a slot of the load limiter
+    /// `limit` (through a [`LimitSite`] of that name).
+    pub const fn with_limit(mut self, limit: &'static str) -> Self {
+        self.limit = Some(limit);
         self
     }
 
@@ -178,6 +189,7 @@ impl Site for RetrySite {
             name: self.name,
             in_impl: self.default_name && self.in_impl,
             budget: self.budget.or(self.target),
+            limit: self.limit,
             config: Defaults::Retry(self.defaults),
             at: None,
         }
@@ -190,6 +202,7 @@ impl<C: SiteKind> Site for BreakerSite<C> {
             name: self.name,
             in_impl: false,
             budget: None,
+            limit: None,
             config: self.defaults.declared(),
             at: Some(self.at),
         }

@@ -50,6 +50,13 @@ async fn get_unnamed(script: &Script) -> Result<(), ClientError> {
     script.send().await
 }
 
+// Each attempt takes a slot of the load limiter `inventory-api`, which no
+// section configures: an adaptive limit at Vegas's defaults.
+#[retry(name = "stock.level", limit = "inventory-api")]
+async fn get_stock_level(script: &Script) -> Result<(), ClientError> {
+    script.send().await
+}
+
 struct Users;
 
 impl Users {
@@ -161,6 +168,44 @@ fn a_budget_section_no_chain_draws_on_is_refused() {
     );
 }
 
+/// Issue 29: a `[limits.<name>]` section is checked like the others. One
+/// that no `limit = ".."` names, nor the code, would leave the calls it
+/// meant to protect at the defaults while the operator believes them
+/// limited.
+#[test]
+fn a_limits_section_no_site_takes_its_slots_from_is_refused() {
+    let err = refused(
+        "[limits.inventory-api]\nmax_concurrent = 8\n\n[limits.inventroy-api]\nmax_concurrent = 8\n\n[limits.payments]\nadaptive = true\n",
+    );
+    let values: Vec<_> = err.errors().map(|e| e.value().to_owned()).collect();
+    assert_eq!(
+        values,
+        ["[limits.inventroy-api]", "[limits.payments]"],
+        "{err}"
+    );
+    let typo = err.errors().next().unwrap();
+    assert!(typo.to_string().contains("config.toml"), "{err}");
+    assert!(
+        typo.reason()
+            .contains("did you mean `[limits.inventory-api]`?"),
+        "{err}"
+    );
+    let unknown = err.errors().nth(1).unwrap();
+    assert!(
+        unknown.reason().contains(
+            "no call in the program takes its slots from a load limiter named `payments`"
+        ),
+        "{err}"
+    );
+    assert!(
+        unknown.reason().contains("`RegistryBuilder::limit`"),
+        "the fix for a limiter only a layer uses: {err}"
+    );
+    // A breaker's or a policy's name is no limiter's.
+    let err = refused("[limits.user]\nmax_concurrent = 8\n");
+    assert_eq!(err.value(), "[limits.user]", "{err}");
+}
+
 #[test]
 fn every_unknown_section_is_reported_at_once() {
     let err = refused("[breakers.nobody]\n[breakers.inventroy]\n[retry.\"a::b\"]\n");
@@ -209,12 +254,17 @@ fn every_bad_value_of_a_file_is_reported_at_once() {
 fn sections_for_names_given_in_code_and_methods_by_type_are_accepted() {
     let registry = Registry::builder()
         .config_str(
-            "[breakers.payments]\nmin = 5\n\n[budgets.payments]\nratio = 0.1\n\n[retry.\"registry_sites::Users::fetch\"]\nmax_attempts = 3\n\n[retry.\"registry_sites::get_unnamed\"]\nmax_attempts = 2\n",
+            "[breakers.payments]\nmin = 5\n\n[budgets.payments]\nratio = 0.1\n\n[retry.\"registry_sites::Users::fetch\"]\nmax_attempts = 3\n\n[retry.\"registry_sites::get_unnamed\"]\nmax_attempts = 2\n\n[limits.inventory-api]\nmax_concurrent = 8\n\n[limits.payments]\nadaptive = true\n",
             "config.toml",
         )
         .unwrap()
         .breaker("payments", resilience::breaker::BreakerConfig::new())
         .budget("payments", resilience::retry::BudgetConfig::new())
+        // A limiter only an HTTP layer uses is declared in code.
+        .limit(
+            "payments",
+            resilience::limit::LimitConfig::bulkhead(4),
+        )
         .build()
         .unwrap();
     // Checked, then installed: the only successful install of this binary.
@@ -316,6 +366,7 @@ async fn the_sites_run() {
     assert_eq!(Users.fetch(&Script::new(&[200])).await, Ok(()));
     assert_eq!(combined(&Script::new(&[200])).await, Ok(()));
     assert_eq!(get_timed(&Script::new(&[200])).await, Ok(()));
+    assert_eq!(get_stock_level(&Script::new(&[200])).await, Ok(()));
 }
 
 /// Issue 28, item 8: each part was checked alone, the combination at the

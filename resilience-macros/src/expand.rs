@@ -129,6 +129,10 @@ pub(crate) fn expand(plan: Plan<'_>) -> TokenStream {
                 let budget = &budget.value;
                 site.extend(quote!(.with_budget(#budget)));
             }
+            if let Some(limit) = &args.limit {
+                let limit = &limit.value;
+                site.extend(quote!(.with_limit(#limit)));
+            }
             // A method names its impl's type, for the site's default name.
             let owner = if sig.receiver().is_some() {
                 quote!(|| ::core::option::Option::Some(::core::any::type_name::<Self>()))

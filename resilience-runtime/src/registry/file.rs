@@ -398,6 +398,11 @@ impl FileConfig {
         self.budgets.keys().map(String::as_str)
     }
 
+    /// The names of the `[limits.*]` sections.
+    pub(super) fn limit_names(&self) -> impl Iterator<Item = &str> {
+        self.limits.keys().map(String::as_str)
+    }
+
     pub(super) fn origin(&self) -> Option<&str> {
         self.origin.as_deref()
     }

@@ -209,8 +209,15 @@ pub fn global() -> &'static Registry {
 /// config sections names a `#[retry]` or `#[circuit_breaker]` site of the
 /// program, or a name given in code ([`RegistryBuilder::breaker`],
 /// [`RegistryBuilder::policy`]): a section that matches nothing would be a
-/// setting silently not in force. Every such section is reported, with the
-/// nearest name when there is one.
+/// setting silently not in force. So must each `[budgets.<name>]` (a
+/// chain's `budget`, or its breaker's name, or
+/// [`RegistryBuilder::budget`]) and each `[limits.<name>]` (a site's
+/// `limit = "<name>"`, or [`RegistryBuilder::limit`]). Every such section
+/// is reported, with the nearest name when there is one.
+///
+/// A site's `limit` that no section names is no error: its calls go
+/// through an adaptive limit at Netflix's Vegas defaults, which learns the
+/// dependency's capacity instead of being told it.
 ///
 /// Refused too when the global registry already exists (installed before,
 /// or created by a first protected call): install it at startup, before
@@ -1014,6 +1021,33 @@ impl Registry {
                 format!("`{origin}`"),
                 "section",
                 format!("[budgets.{}]", toml_key(name)),
+                reason,
+            ));
+        }
+        // A site may name a limiter no section configures: it then gets an
+        // adaptive limit at Vegas's defaults, which needs no knowledge of
+        // the dependency. A section no site names is the mistake.
+        let limits: Vec<&str> = linked
+            .iter()
+            .filter_map(|s| s.limit)
+            .chain(shared.code_limits.keys().map(String::as_str))
+            .collect();
+        let mut sections: Vec<&str> = self.file.limit_names().collect();
+        sections.sort_unstable();
+        for name in sections {
+            if limits.contains(&name) {
+                continue;
+            }
+            let mut reason = format!(
+                "no call in the program takes its slots from a load limiter named `{name}`, so this section would configure nothing; a limiter is named by the `limit = \"..\"` of a `#[retry]`, and one used only by an HTTP layer is declared with `RegistryBuilder::limit`"
+            );
+            if let Some(near) = sites::did_you_mean(name, limits.iter().copied()) {
+                reason.push_str(&format!("; did you mean `[limits.{}]`?", toml_key(near)));
+            }
+            errors.push(ConfigError::new(
+                format!("`{origin}`"),
+                "section",
+                format!("[limits.{}]", toml_key(name)),
                 reason,
             ));
         }

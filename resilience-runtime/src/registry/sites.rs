@@ -35,6 +35,9 @@ pub struct SiteDefaults {
     /// The retry budget the site's chains draw on, if any: the attribute's
     /// `budget`, or the name of the breaker around the chain.
     pub budget: Option<&'static str>,
+    /// The load limiter the site's calls take their slots from, if any:
+    /// the attribute's `limit`.
+    pub limit: Option<&'static str>,
     /// The attribute's values.
     pub config: Defaults,
     /// Where the attribute is written (a `#[circuit_breaker]`'s), for an
