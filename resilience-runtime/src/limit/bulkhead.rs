@@ -2,7 +2,7 @@
 //! wait for a slot.
 
 use std::future::Future;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
 
 use tokio::sync::Notify;
@@ -18,8 +18,10 @@ use crate::telemetry::{self, Labels};
 /// [`max_wait`](Self::with_max_wait) for a slot.
 ///
 /// Each [`Priority`] may fill its share of `max` ([`Priority::share`]);
-/// sheddable calls never wait. Waiting callers are woken in the order they
-/// came, whatever their priority.
+/// sheddable calls never wait. **Critical calls are shed last**: a slot
+/// that frees goes to a waiting critical call before any other, and while
+/// one waits no call of another priority takes a slot; default calls then
+/// get the slots in the order they came.
 ///
 /// Admission is one compare-and-swap and the release one subtraction
 /// (plus a wake-up when someone waits): no clock, no lock, no allocation.
@@ -45,13 +47,26 @@ use crate::telemetry::{self, Labels};
 pub struct Bulkhead {
     max: u32,
     max_wait: Duration,
-    in_flight: AtomicU32,
-    /// Callers waiting for a slot; a release wakes one only when it is
-    /// not 0.
+    /// The calls in flight (the low 32 bits) and the critical calls
+    /// waiting for a slot (the high 32 bits, [`CRITICAL_WAITING`] each),
+    /// in one word: one read tells an admission both whether a slot is
+    /// free and whether a critical call waits for it, and the release's
+    /// subtraction returns both.
+    state: AtomicU64,
+    /// Default calls waiting for a slot; a release wakes one only when no
+    /// critical call waits and this is not 0.
     waiting: AtomicU32,
+    /// Wakes a waiting critical call.
+    freed_critical: Notify,
+    /// Wakes a waiting default call.
     freed: Notify,
     report: Report,
 }
+
+/// The calls in flight, in [`Bulkhead::state`].
+const IN_FLIGHT: u64 = u32::MAX as u64;
+/// One critical call waiting, in [`Bulkhead::state`].
+const CRITICAL_WAITING: u64 = 1 << 32;
 
 impl Bulkhead {
     /// A bulkhead named `name` (the `target` label of its metrics) letting
@@ -82,8 +97,9 @@ impl Bulkhead {
         Ok(Self {
             max,
             max_wait: Duration::ZERO,
-            in_flight: AtomicU32::new(0),
+            state: AtomicU64::new(0),
             waiting: AtomicU32::new(0),
+            freed_critical: Notify::new(),
             freed: Notify::new(),
             report: Report::new(labels, ShedBy::Bulkhead),
         })
@@ -117,7 +133,7 @@ impl Bulkhead {
 
     /// The calls in flight now.
     pub fn in_flight(&self) -> u32 {
-        self.in_flight.load(Ordering::Relaxed)
+        (self.state.load(Ordering::Relaxed) & IN_FLIGHT) as u32
     }
 
     /// Takes a slot for a call of `priority` if one is free, without
@@ -138,13 +154,21 @@ impl Bulkhead {
         // Compare-and-swap rather than add-then-undo: a call that is
         // refused never raises the count, so it cannot make another call
         // (a waiter woken for a freed slot) fail in its turn.
-        let share = priority.share(self.max);
-        let mut before = self.in_flight.load(Ordering::SeqCst);
+        let share = u64::from(priority.share(self.max));
+        // A call that is not critical compares the whole word: a critical
+        // call waiting puts it above every share, so that the slot it
+        // waits for stays its own.
+        let seen = if priority == Priority::Critical {
+            IN_FLIGHT
+        } else {
+            u64::MAX
+        };
+        let mut before = self.state.load(Ordering::SeqCst);
         loop {
-            if before >= share {
+            if before & seen >= share {
                 return None;
             }
-            match self.in_flight.compare_exchange_weak(
+            match self.state.compare_exchange_weak(
                 before,
                 before + 1,
                 Ordering::SeqCst,
@@ -154,12 +178,14 @@ impl Bulkhead {
                 Err(actual) => before = actual,
             }
         }
-        telemetry::limit_in_flight(self.report.labels(), before + 1);
+        telemetry::limit_in_flight(self.report.labels(), (before & IN_FLIGHT) as u32 + 1);
         Some(BulkheadPermit { bulkhead: self })
     }
 
     /// Takes a slot for a call of `priority`, waiting at most
     /// [`max_wait`](Self::max_wait) for one (sheddable calls never wait).
+    /// A slot that frees goes to a waiting critical call first, then to
+    /// the default calls in the order they came.
     ///
     /// # Errors
     ///
@@ -172,10 +198,16 @@ impl Bulkhead {
             return Err(self.report.shed(priority, self.max));
         }
         let until = tokio::time::Instant::now() + self.max_wait;
-        self.waiting.fetch_add(1, Ordering::SeqCst);
-        let _waiting = Waiting(&self.waiting);
+        let critical = priority == Priority::Critical;
+        let (freed, _waiting) = if critical {
+            self.state.fetch_add(CRITICAL_WAITING, Ordering::SeqCst);
+            (&self.freed_critical, Waiting::critical(self))
+        } else {
+            self.waiting.fetch_add(1, Ordering::SeqCst);
+            (&self.freed, Waiting::default(self))
+        };
         loop {
-            let freed = self.freed.notified();
+            let freed = freed.notified();
             tokio::pin!(freed);
             freed.as_mut().enable();
             // After registering: a slot freed since the last try wakes
@@ -205,24 +237,72 @@ impl Bulkhead {
 
     #[inline]
     fn release(&self) {
-        let before = self.in_flight.fetch_sub(1, Ordering::SeqCst);
-        if self.waiting.load(Ordering::SeqCst) != 0 {
+        let before = self.state.fetch_sub(1, Ordering::SeqCst);
+        if before >= CRITICAL_WAITING {
+            self.freed_critical.notify_one();
+        } else if self.waiting.load(Ordering::SeqCst) != 0 {
             self.freed.notify_one();
         }
         // The gauge is set by every admission; a release sets it only when
         // the last call leaves, so that an idle limiter reads 0.
-        if before == 1 {
+        if before & IN_FLIGHT == 1 {
             telemetry::limit_in_flight(self.report.labels(), 0);
+        }
+    }
+
+    /// After a waiter left (admitted, or shed at `max_wait`): wakes the
+    /// next one if a slot is still free for it. A release wakes one waiter
+    /// per slot, and the one it woke may have taken another slot meanwhile
+    /// or given up, so that a slot freed for it would otherwise wait for
+    /// the next release while someone waits for it.
+    fn pass_on(&self) {
+        let state = self.state.load(Ordering::SeqCst);
+        if state & IN_FLIGHT >= u64::from(self.max) {
+            return;
+        }
+        if state >= CRITICAL_WAITING {
+            self.freed_critical.notify_one();
+        } else if state < u64::from(Priority::Default.share(self.max))
+            && self.waiting.load(Ordering::SeqCst) != 0
+        {
+            self.freed.notify_one();
         }
     }
 }
 
-/// Counts a caller out of the waiters however its wait ends.
-struct Waiting<'a>(&'a AtomicU32);
+/// Counts a caller out of the waiters however its wait ends, then passes
+/// a free slot on to the next.
+struct Waiting<'a> {
+    bulkhead: &'a Bulkhead,
+    critical: bool,
+}
+
+impl<'a> Waiting<'a> {
+    fn critical(bulkhead: &'a Bulkhead) -> Self {
+        Self {
+            bulkhead,
+            critical: true,
+        }
+    }
+
+    fn default(bulkhead: &'a Bulkhead) -> Self {
+        Self {
+            bulkhead,
+            critical: false,
+        }
+    }
+}
 
 impl Drop for Waiting<'_> {
     fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::SeqCst);
+        if self.critical {
+            self.bulkhead
+                .state
+                .fetch_sub(CRITICAL_WAITING, Ordering::SeqCst);
+        } else {
+            self.bulkhead.waiting.fetch_sub(1, Ordering::SeqCst);
+        }
+        self.bulkhead.pass_on();
     }
 }
 
@@ -321,6 +401,160 @@ mod tests {
         let started = tokio::time::Instant::now();
         assert!(bulkhead.acquire(Priority::Sheddable).await.is_err());
         assert_eq!(started.elapsed(), Duration::ZERO);
+        assert_eq!(bulkhead.waiting.load(Ordering::SeqCst), 0);
+    }
+
+    /// A waiter's outcome: admitted (and when), or shed (and when).
+    type Waited = (Result<(), Overloaded>, Duration);
+
+    /// Waits for a slot of `bulkhead` at `priority` from now, holds it for
+    /// `hold`, and says how the wait ended and when (from `started`).
+    fn waiter(
+        bulkhead: &Arc<Bulkhead>,
+        priority: Priority,
+        started: tokio::time::Instant,
+        hold: Duration,
+    ) -> tokio::task::JoinHandle<Waited> {
+        let bulkhead = bulkhead.clone();
+        tokio::spawn(async move {
+            match bulkhead.acquire(priority).await {
+                Ok(_permit) => {
+                    let at = started.elapsed();
+                    tokio::time::sleep(hold).await;
+                    (Ok(()), at)
+                }
+                Err(shed) => (Err(shed), started.elapsed()),
+            }
+        })
+    }
+
+    /// Issue 29: "calls marked critical are shed last when the limit is
+    /// reached"; failsafe-go's prioritization: "when a policy is
+    /// overloaded, lower priority executions will be rejected before
+    /// higher priority ones". A critical call that came second must get
+    /// the freed slot, and the default call before it be the one shed at
+    /// `max_wait`, not the other way round (the order of arrival).
+    #[tokio::test(start_paused = true)]
+    async fn a_freed_slot_goes_to_a_waiting_critical_call_before_an_earlier_one() {
+        let bulkhead = Arc::new(
+            Bulkhead::new("inventory", 1)
+                .unwrap()
+                .with_max_wait(50 * MS),
+        );
+        let held = bulkhead.try_acquire(Priority::Default).unwrap();
+        let started = tokio::time::Instant::now();
+        let default = waiter(&bulkhead, Priority::Default, started, 100 * MS);
+        tokio::time::sleep(MS).await;
+        let critical = waiter(&bulkhead, Priority::Critical, started, 100 * MS);
+        tokio::time::sleep(9 * MS).await;
+        drop(held);
+        let (critical, default) = (critical.await.unwrap(), default.await.unwrap());
+        assert_eq!(
+            critical,
+            (Ok(()), 10 * MS),
+            "the critical call gets the slot"
+        );
+        let (shed, at) = default;
+        assert_eq!(shed.unwrap_err().by(), ShedBy::Bulkhead);
+        assert_eq!(at, 50 * MS, "the default call is shed at its max_wait");
+    }
+
+    /// The slot freed in a bulkhead of 20 is one only a critical call may
+    /// take (a default call fills at most 18): it must reach the critical
+    /// waiter even when a default call has waited longer.
+    #[tokio::test(start_paused = true)]
+    async fn a_slot_only_a_critical_call_may_take_reaches_the_critical_waiter() {
+        let bulkhead = Arc::new(
+            Bulkhead::new("inventory", 20)
+                .unwrap()
+                .with_max_wait(50 * MS),
+        );
+        let mut held: Vec<_> = (0..20)
+            .map(|_| bulkhead.try_acquire(Priority::Critical).unwrap())
+            .collect();
+        let started = tokio::time::Instant::now();
+        let default = waiter(&bulkhead, Priority::Default, started, Duration::ZERO);
+        tokio::time::sleep(MS).await;
+        let critical = waiter(&bulkhead, Priority::Critical, started, Duration::ZERO);
+        tokio::time::sleep(9 * MS).await;
+        held.pop();
+        assert_eq!(critical.await.unwrap(), (Ok(()), 10 * MS));
+        let (shed, at) = default.await.unwrap();
+        assert!(shed.is_err());
+        assert_eq!(at, 50 * MS);
+        drop(held);
+    }
+
+    /// While a critical call waits, a slot that frees is its own: a call
+    /// of another priority arriving at that moment does not take it.
+    #[tokio::test(start_paused = true)]
+    async fn no_other_call_takes_the_slot_a_critical_call_waits_for() {
+        let bulkhead = Arc::new(
+            Bulkhead::new("inventory", 4)
+                .unwrap()
+                .with_max_wait(50 * MS),
+        );
+        let mut held: Vec<_> = (0..4)
+            .map(|_| bulkhead.try_acquire(Priority::Default).unwrap())
+            .collect();
+        let started = tokio::time::Instant::now();
+        let critical = waiter(&bulkhead, Priority::Critical, started, 100 * MS);
+        tokio::time::sleep(10 * MS).await;
+        held.pop();
+        // The caller that freed the slot calls again at once.
+        assert_eq!(Priority::Default.share(4), 4);
+        assert!(bulkhead.try_acquire(Priority::Default).is_err());
+        assert_eq!(critical.await.unwrap(), (Ok(()), 10 * MS));
+        drop(held);
+    }
+
+    /// Six critical and six default calls queue for a bulkhead of 2, in
+    /// turns: every critical call is admitted before any default one, and
+    /// every call is admitted as slots free (no wake-up is lost when two
+    /// slots free at once), two at a time.
+    #[tokio::test(start_paused = true)]
+    async fn every_waiting_critical_call_goes_before_every_default_one() {
+        let bulkhead = Arc::new(
+            Bulkhead::new("inventory", 2)
+                .unwrap()
+                .with_max_wait(MS * 1000),
+        );
+        let held: Vec<_> = (0..2)
+            .map(|_| bulkhead.try_acquire(Priority::Default).unwrap())
+            .collect();
+        let started = tokio::time::Instant::now();
+        let waiters: Vec<_> = (0..12)
+            .map(|i| {
+                let priority = if i % 2 == 0 {
+                    Priority::Default
+                } else {
+                    Priority::Critical
+                };
+                (priority, waiter(&bulkhead, priority, started, 10 * MS))
+            })
+            .collect();
+        tokio::time::sleep(5 * MS).await;
+        drop(held);
+        let mut admitted = Vec::new();
+        for (priority, waiter) in waiters {
+            let (outcome, at) = waiter.await.unwrap();
+            assert_eq!(outcome, Ok(()), "{priority:?} at {at:?}");
+            admitted.push((at, priority));
+        }
+        admitted.sort();
+        let order: Vec<_> = admitted.iter().map(|(_, p)| *p).collect();
+        assert_eq!(
+            order,
+            [[Priority::Critical; 6], [Priority::Default; 6]].concat(),
+            "{admitted:?}"
+        );
+        let times: Vec<_> = admitted.iter().map(|(at, _)| *at).collect();
+        let expected: Vec<_> = (0..6u32)
+            .flat_map(|turn| [MS * (5 + 10 * turn); 2])
+            .collect();
+        assert_eq!(times, expected);
+        assert_eq!(bulkhead.in_flight(), 0);
+        assert_eq!(bulkhead.state.load(Ordering::SeqCst), 0);
         assert_eq!(bulkhead.waiting.load(Ordering::SeqCst), 0);
     }
 

@@ -16,7 +16,10 @@
 ///
 /// So the last tenth of the slots is kept for critical calls, and
 /// sheddable calls (prefetches, batch jobs, analytics) leave half of the
-/// limit to the others. The [`Throttle`](super::Throttle) applies its
+/// limit to the others. When a bulkhead with a
+/// [`max_wait`](super::Bulkhead::with_max_wait) is full, a slot that frees
+/// goes to a waiting critical call before any other, and sheddable calls
+/// do not wait at all. The [`Throttle`](super::Throttle) applies its
 /// rejection probability to default calls, twice it to sheddable ones,
 /// and never rejects a critical call (it still counts it). The names
 /// follow the criticalities of the SRE book's "Handling Overload".
