@@ -202,7 +202,7 @@ impl<C: SiteKind> Site for BreakerSite<C> {
             name: self.name,
             in_impl: false,
             budget: None,
-            limit: None,
+            limit: self.limit,
             config: self.defaults.declared(),
             at: Some(self.at),
         }
@@ -803,6 +803,10 @@ pub struct BreakerSite<C: SiteKind = BreakerConfig> {
     defaults: C,
     /// Where the attribute is written, for an error naming the site.
     at: &'static std::panic::Location<'static>,
+    /// The load limiter each call takes a slot of, without a `#[retry]`
+    /// below: the attribute's `limit`, declared so that `install()` knows
+    /// its name.
+    limit: Option<&'static str>,
     /// The breaker and the labels, resolved together (see [`RetrySite`]).
     resolved: OnceLock<(&'static C::Target, Labels)>,
     fallbacks: AtomicU64,
@@ -821,9 +825,17 @@ impl<C: SiteKind> BreakerSite<C> {
             name,
             defaults,
             at: std::panic::Location::caller(),
+            limit: None,
             resolved: OnceLock::new(),
             fallbacks: AtomicU64::new(0),
         }
+    }
+
+    /// The same site, whose calls take a slot of the load limiter `limit`
+    /// (through a [`LimitSite`] of that name).
+    pub const fn with_limit(mut self, limit: &'static str) -> Self {
+        self.limit = Some(limit);
+        self
     }
 
     /// The breaker (or family), shared by every site with the same name:
@@ -944,9 +956,9 @@ pub enum Answer<T, E> {
 }
 
 /// Like [`settle`], for a site with a fallback: a failure (what is left
-/// after the retries, a hung dependency whose time ran out included) hands
-/// the call to the fallback, logged at WARN and counted. The breaker
-/// counts the same outcome.
+/// after the retries, a hung dependency whose time ran out included) or a
+/// call a load limiter shed hands the call to the fallback, logged at WARN
+/// and counted. The breaker counts the outcome (a shed call: nothing).
 pub fn settle_or_fallback<T, E>(
     site: &'static BreakerSite<impl SiteKind>,
     permit: Permit<'_>,
@@ -961,7 +973,8 @@ where
     };
     permit.settle(outcome);
     match result {
-        Err(error) if outcome == Outcome::Failure => {
+        // A failure, or a call a load limiter shed: no answer either.
+        Err(error) if resilience_runtime::fallback::falls_back(&error) => {
             site.fallbacks.fetch_add(1, Ordering::Relaxed);
             tracing::warn!(
                 breaker = site.name,

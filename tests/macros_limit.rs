@@ -2,11 +2,14 @@
 //! the registry's load limiter of that name (an adaptive limit at Netflix's
 //! Vegas defaults when none is configured: a limit of 20), so the calls
 //! past it are shed with `Error::Overloaded`, and not retried.
+//! `#[circuit_breaker(limit = "…", priority = "…")]` does the same for a fn
+//! without a `#[retry]`: its one call takes the slot, inside the breaker,
+//! which counts a shed call for nothing.
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
-use resilience::{Error, retry};
+use resilience::{Error, circuit_breaker, retry};
 
 static ENTERED: AtomicU32 = AtomicU32::new(0);
 
@@ -38,6 +41,42 @@ async fn get_flaky() -> Result<u32, std::io::Error> {
     }
 }
 
+static LEDGER_CALLS: AtomicU32 = AtomicU32::new(0);
+
+// No `#[retry]`: the breaker's one call takes the slot. A breaker that
+// counted shed calls as failures would open at once (2 calls, half
+// failed).
+#[circuit_breaker(name = "ledger", min = 2, ratio = 0.5, limit = "ledger")]
+async fn get_balance() -> Result<u32, Error> {
+    LEDGER_CALLS.fetch_add(1, Ordering::SeqCst);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    Ok(7)
+}
+
+#[circuit_breaker(
+    name = "ledger-critical",
+    limit = "ledger-critical",
+    priority = "critical"
+)]
+async fn get_balance_critical() -> Result<u32, Error> {
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    Ok(7)
+}
+
+#[circuit_breaker(name = "prices", limit = "prices", fallback = cached_price)]
+async fn get_price() -> Result<u32, Error> {
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    Ok(7)
+}
+
+/// The price last seen: the fallback of a call the limit shed.
+async fn cached_price(error: Error) -> Result<u32, Error> {
+    match error {
+        Error::Overloaded(_) => Ok(1),
+        other => Err(other),
+    }
+}
+
 async fn burst<F, Fut>(calls: usize, call: F) -> (usize, usize)
 where
     F: Fn() -> Fut,
@@ -49,7 +88,12 @@ where
         match task.await.unwrap() {
             Ok(7) => ok += 1,
             Err(Error::Overloaded(o)) => {
-                assert!(o.limiter().starts_with("inventory"));
+                assert!(
+                    ["inventory", "ledger"]
+                        .iter()
+                        .any(|name| o.limiter().starts_with(name)),
+                    "{o:?}"
+                );
                 shed += 1;
             }
             other => panic!("{other:?}"),
@@ -76,4 +120,32 @@ async fn calls_past_the_limit_are_shed_and_not_retried() {
 async fn each_attempt_takes_and_frees_a_slot() {
     assert_eq!(get_flaky().await.unwrap(), 1);
     assert_eq!(ATTEMPTS.load(Ordering::SeqCst), 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_breaker_alone_takes_a_slot_per_call_and_counts_a_shed_call_for_nothing() {
+    // 60 calls at once: 18 slots at default priority, 42 shed (70 %).
+    assert_eq!(burst(60, get_balance).await, (18, 42));
+    assert_eq!(
+        LEDGER_CALLS.load(Ordering::SeqCst),
+        18,
+        "a shed call never runs"
+    );
+    // Not the dependency's failure: the breaker (min 2, ratio 0.5) is
+    // still closed, and the next call goes through.
+    assert_eq!(get_balance().await, Ok(7));
+    assert_eq!(LEDGER_CALLS.load(Ordering::SeqCst), 19);
+    // Critical calls may fill all 20.
+    assert_eq!(burst(25, get_balance_critical).await, (20, 5));
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_fallback_answers_a_call_the_limit_shed() {
+    let tasks: Vec<_> = (0..25).map(|_| tokio::spawn(get_price())).collect();
+    let mut answers = Vec::new();
+    for task in tasks {
+        answers.push(task.await.unwrap().unwrap());
+    }
+    assert_eq!(answers.iter().filter(|a| **a == 7).count(), 18);
+    assert_eq!(answers.iter().filter(|a| **a == 1).count(), 7);
 }

@@ -76,6 +76,11 @@ pub(crate) struct BreakerArgs {
     pub(crate) key: Option<Arg<Expr>>,
     pub(crate) max_members: Option<Arg<u32>>,
     pub(crate) idle: Option<Arg<Duration>>,
+    /// The load limiter each call goes through, without a `#[retry]`
+    /// below (with one, each attempt takes the slot: `#[retry(limit)]`).
+    pub(crate) limit: Option<Arg<String>>,
+    /// The calls' priority in that limiter.
+    pub(crate) priority: Option<Arg<LimitPriority>>,
 }
 
 /// `slow_call(threshold = "2s", ratio = 0.5)`.
@@ -172,6 +177,8 @@ const BREAKER_KEYS: &[&str] = &[
     "key",
     "max_members",
     "idle",
+    "limit",
+    "priority",
 ];
 
 /// Names other libraries use, mapped to ours.
@@ -237,18 +244,7 @@ pub(crate) fn parse_retry(tokens: TokenStream, errors: &mut Errors) -> RetryArgs
             "name" => one(&mut args.name, &meta, errors, name),
             "budget" => one(&mut args.budget, &meta, errors, budget_name),
             "limit" => one(&mut args.limit, &meta, errors, limit_name),
-            // The words of `resilience::limit::Priority::as_str`.
-            "priority" => one(&mut args.priority, &meta, errors, |v| {
-                choice(
-                    v,
-                    "priority",
-                    &[
-                        ("critical", LimitPriority::Critical),
-                        ("default", LimitPriority::Default),
-                        ("sheddable", LimitPriority::Sheddable),
-                    ],
-                )
-            }),
+            "priority" => one(&mut args.priority, &meta, errors, priority),
             "when" => one(&mut args.when, &meta, errors, |v| {
                 path(v, "when", "my_classifier")
             }),
@@ -303,6 +299,8 @@ pub(crate) fn parse_breaker(tokens: TokenStream, errors: &mut Errors) -> Breaker
                 count(v, "max_members")
             }),
             "idle" => one(&mut args.idle, &meta, errors, duration_value),
+            "limit" => one(&mut args.limit, &meta, errors, limit_name),
+            "priority" => one(&mut args.priority, &meta, errors, priority),
             _ => unknown(
                 &meta,
                 &key,
@@ -576,6 +574,19 @@ pub(crate) enum LimitPriority {
     Critical,
     Default,
     Sheddable,
+}
+
+/// The words of `resilience::limit::Priority::as_str`.
+fn priority(value: &Expr) -> syn::Result<LimitPriority> {
+    choice(
+        value,
+        "priority",
+        &[
+            ("critical", LimitPriority::Critical),
+            ("default", LimitPriority::Default),
+            ("sheddable", LimitPriority::Sheddable),
+        ],
+    )
 }
 
 fn limit_name(value: &Expr) -> syn::Result<String> {

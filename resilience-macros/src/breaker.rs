@@ -68,6 +68,9 @@ pub(crate) fn expand(args: TokenStream, input: TokenStream) -> TokenStream {
         passed.push(syn::parse_quote!(#[#path(__resilience_expanded)]));
     }
     item.attrs = kept;
+    if let (Some(limit), Some(_)) = (&breaker.limit, &retry) {
+        errors.push(validate::limit_above_retry(limit));
+    }
 
     let async_trait = crate::async_trait::detect(&item);
     validate::fn_shape(&item, async_trait.is_some(), "circuit_breaker", &mut errors);

@@ -110,6 +110,35 @@ pub(crate) fn expand(plan: Plan<'_>) -> TokenStream {
     };
 
     let error_span = result.error_span;
+    // `limit = "…"`: each attempt takes a slot of the registry's limiter of
+    // that name (a slot per attempt, not per call); without a `#[retry]`,
+    // the breaker's one call is the attempt.
+    let limit = match (retry, breaker) {
+        (Some(args), _) => args.limit.as_ref().map(|l| (l, args.priority.as_ref())),
+        (None, Some(args)) => args.limit.as_ref().map(|l| (l, args.priority.as_ref())),
+        (None, None) => None,
+    };
+    let (limit_site, attempt) = match limit {
+        Some((limit, priority)) => {
+            let limit = &limit.value;
+            let priority = match priority.map(|p| p.get()) {
+                Some(LimitPriority::Critical) => quote!(Critical),
+                Some(LimitPriority::Sheddable) => quote!(Sheddable),
+                Some(LimitPriority::Default) | None => quote!(Default),
+            };
+            (
+                quote! {
+                    static __RESILIENCE_LIMIT: ::resilience::__private::LimitSite =
+                        ::resilience::__private::LimitSite::new(
+                            #limit,
+                            ::resilience::limit::Priority::#priority,
+                        );
+                },
+                quote!(::resilience::__private::limited(&__RESILIENCE_LIMIT, #attempt)),
+            )
+        }
+        None => (TokenStream::new(), attempt),
+    };
     let mut body = match retry {
         Some(args) => {
             let name = site_name(args.name.as_ref().map(|n| n.value.as_str()), &sig.ident);
@@ -166,29 +195,6 @@ pub(crate) fn expand(plan: Plan<'_>) -> TokenStream {
             let run = quote_spanned! {error_span=>
                 __resilience_chain.attempt(__resilience_attempt).await
             };
-            // `limit = "…"`: each attempt takes a slot of the registry's
-            // limiter of that name (a slot per attempt, not per call).
-            let (limit_site, attempt) = match &args.limit {
-                Some(limit) => {
-                    let limit = &limit.value;
-                    let priority = match args.priority.as_ref().map(|p| p.get()) {
-                        Some(LimitPriority::Critical) => quote!(Critical),
-                        Some(LimitPriority::Sheddable) => quote!(Sheddable),
-                        Some(LimitPriority::Default) | None => quote!(Default),
-                    };
-                    (
-                        quote! {
-                            static __RESILIENCE_LIMIT: ::resilience::__private::LimitSite =
-                                ::resilience::__private::LimitSite::new(
-                                    #limit,
-                                    ::resilience::limit::Priority::#priority,
-                                );
-                        },
-                        quote!(::resilience::__private::limited(&__RESILIENCE_LIMIT, #attempt)),
-                    )
-                }
-                None => (TokenStream::new(), attempt.clone()),
-            };
             quote! {
                 static __RESILIENCE_RETRY: ::resilience::__private::RetrySite = #site;
                 ::resilience::__private::register_site!(__RESILIENCE_RETRY_SITE = __RESILIENCE_RETRY);
@@ -209,6 +215,14 @@ pub(crate) fn expand(plan: Plan<'_>) -> TokenStream {
     if let Some(args) = breaker {
         let name = site_name(args.name.as_ref().map(|n| n.value.as_str()), &sig.ident);
         let config = breaker_config(args);
+        // A `#[retry]` below declared the limit at its own site.
+        let (limit_site, with_limit) = match (&args.limit, retry) {
+            (Some(limit), None) => {
+                let limit = &limit.value;
+                (limit_site.clone(), quote!(.with_limit(#limit)))
+            }
+            _ => (TokenStream::new(), TokenStream::new()),
+        };
         // The breaker is asked inline, at the first poll: its permit lives
         // in the fn's own future, and dropping the call drops the permit,
         // which counts nothing (a cancelled call).
@@ -222,7 +236,8 @@ pub(crate) fn expand(plan: Plan<'_>) -> TokenStream {
             None => (
                 quote! {
                     static __RESILIENCE_BREAKER: ::resilience::__private::BreakerSite =
-                        ::resilience::__private::BreakerSite::new(#name, #config);
+                        ::resilience::__private::BreakerSite::new(#name, #config)#with_limit;
+                    #limit_site
                     ::resilience::__private::register_site!(__RESILIENCE_BREAKER_SITE = __RESILIENCE_BREAKER);
                 },
                 quote!(::resilience::__private::admit(&__RESILIENCE_BREAKER)),
@@ -247,7 +262,8 @@ pub(crate) fn expand(plan: Plan<'_>) -> TokenStream {
                     // move the argument the key is read from.
                     quote! {
                         static __RESILIENCE_BREAKER: ::resilience::__private::FamilySite =
-                            ::resilience::__private::FamilySite::new(#name, #family);
+                            ::resilience::__private::FamilySite::new(#name, #family)#with_limit;
+                        #limit_site
                         ::resilience::__private::register_site!(__RESILIENCE_BREAKER_SITE = __RESILIENCE_BREAKER);
                         let __resilience_member = #member;
                     },

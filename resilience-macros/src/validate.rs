@@ -155,6 +155,11 @@ pub(crate) fn breaker(args: &BreakerArgs, errors: &mut Errors) {
             "`#[circuit_breaker]` needs a `name`: fns that call the same dependency share one breaker by name, and the startup config and the metrics refer to it\n  = help: `#[circuit_breaker(name = \"user-service\")]`",
         ));
     }
+    if let (Some(priority), None) = (&args.priority, &args.limit) {
+        errors.push(priority.error(
+            "`priority` orders the calls of a load limiter, and this breaker's calls go through none\n  = help: add `limit = \"<dependency>\"`: each call then takes a slot of that limiter, and calls of a lower priority are shed first",
+        ));
+    }
     if let Some(ratio) = &args.ratio {
         let value = ratio.get();
         if !(value > 0.0 && value <= 1.0) {
@@ -488,6 +493,15 @@ pub(crate) fn breaker_body(item: &ItemFn) -> syn::Result<()> {
             "`#[circuit_breaker]` on `{}`, whose body awaits nothing: a breaker protects calls over the network, and this fn runs in-process code\n  = note: a breaker opens when a remote dependency keeps failing or hanging, to stop calling it for a while; in-process code (a cache, a local file, a computation) is not overloaded by its callers and does not recover by being left alone\n  = help: remove `#[circuit_breaker]`, or put it on the fn that awaits the network call",
             item.sig.ident
         ),
+    ))
+}
+
+/// `#[circuit_breaker(limit = …)]` above a `#[retry]`: a slot is held per
+/// attempt, so the limit belongs to the retry, whose attempts take it.
+pub(crate) fn limit_above_retry(limit: &crate::args::Arg<String>) -> syn::Error {
+    limit.error(format!(
+        "`limit` on a `#[circuit_breaker]` above a `#[retry]`: the breaker's call lasts the whole retry chain, and a slot held through the pauses between attempts fills the limit with calls that are not running\n  = note: each attempt takes a slot of its own, freed when it ends, and a retry must get one like any new call: that is what keeps retries from multiplying the load on an overloaded dependency\n  = help: move `limit = {:?}` (and `priority`, if any) to the `#[retry(…)]` below",
+        limit.value
     ))
 }
 

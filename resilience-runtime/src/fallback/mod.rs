@@ -70,8 +70,10 @@ use crate::telemetry::Fallback;
 /// Whether `error` calls for a fallback: the dependency failed (a 5xx, a
 /// timeout, a network error), a breaker rejected the call or a load limiter
 /// shed it (which is no failure for the breaker, but no answer either). A 4xx is an answer and a
-/// cancelled call asked for nothing: neither falls back.
-fn falls_back<E: Classify>(error: &E) -> bool {
+/// cancelled call asked for nothing: neither falls back. What the macros'
+/// `fallback =` answers too.
+#[doc(hidden)]
+pub fn falls_back<E: Classify>(error: &E) -> bool {
     error.outcome() == Outcome::Failure
         || matches!(
             error.reason(),

@@ -1039,7 +1039,7 @@ impl Registry {
                 continue;
             }
             let mut reason = format!(
-                "no call in the program takes its slots from a load limiter named `{name}`, so this section would configure nothing; a limiter is named by the `limit = \"..\"` of a `#[retry]`, and one used only by an HTTP layer is declared with `RegistryBuilder::limit`"
+                "no call in the program takes its slots from a load limiter named `{name}`, so this section would configure nothing; a limiter is named by the `limit = \"..\"` of a `#[retry]` or a `#[circuit_breaker]`, and one used only by an HTTP layer is declared with `RegistryBuilder::limit`"
             );
             if let Some(near) = sites::did_you_mean(name, limits.iter().copied()) {
                 reason.push_str(&format!("; did you mean `[limits.{}]`?", toml_key(near)));
