@@ -7,10 +7,6 @@
 //! mutations per target (2,000 by default); coverage-guided runs are
 //! `cargo fuzz run <target>` in `fuzz/` (see RELIABILITY.md).
 
-#[allow(dead_code)]
-#[path = "../resilience-macros/src/suggest.rs"]
-mod suggest;
-
 #[path = "../fuzz/checks/mod.rs"]
 mod checks;
 

@@ -3,13 +3,9 @@
 //! that runs in the default `cargo test` (`tests/fuzz_corpus.rs`).
 //!
 //! Each check asserts more than "no panic" where it can: a parsed duration
-//! prints back to itself and both parsers (the attributes' and the file's)
-//! agree on it; a refused input's error names it; a key accepted by the
-//! layer is what the rules allow, and a refused one is echoed capped.
-//!
-//! The including crate root must declare the macros' `suggest` module,
-//! which the attributes' duration parser uses:
-//! `#[path = ".../resilience-macros/src/suggest.rs"] mod suggest;`.
+//! prints back to itself and the config file reads the same value; a
+//! refused input's error names it; a key accepted by the layer is what the
+//! rules allow, and a refused one is echoed capped.
 
 use std::sync::OnceLock;
 use std::time::{Duration, SystemTime};
@@ -18,12 +14,7 @@ use resilience::registry::{Registry, parse_duration};
 use resilience::retry::{
     Attempts, HttpStatus, Next, Policy, PolicyBuilder, Verdict, parse_retry_after_bytes,
 };
-
-/// The attributes' parser, compiled here as it is in the proc-macro crate
-/// (which can export no function).
-#[allow(dead_code)]
-#[path = "../../resilience-macros/src/duration.rs"]
-mod attribute_duration;
+use resilience_rules::duration as grammar;
 
 /// One target's check of one input.
 pub type Check = fn(&[u8]);
@@ -37,32 +28,29 @@ pub const TARGETS: &[(&str, Check)] = &[
     ("http_classify", http_classify),
 ];
 
-/// The attributes' and the file's duration parsers agree on every text,
-/// an accepted duration prints back to itself, and the file's error names
-/// the text it refused.
+/// The one duration grammar (`resilience_rules::duration`, which the
+/// attributes and the config file both use) on any text: no panic, an
+/// accepted duration prints back to itself, and the config file reads the
+/// value the grammar reads, or refuses the text with an error that names it.
 pub fn duration(data: &[u8]) {
     let Ok(text) = std::str::from_utf8(data) else {
         return;
     };
-    let attribute = attribute_duration::parse(text);
-    let file = parse_duration(text);
-    if let Ok(d) = attribute {
-        let shown = attribute_duration::display(d);
+    let parsed = grammar::parse(text);
+    if let Ok(d) = parsed {
+        let shown = grammar::display(d);
         assert_eq!(
-            attribute_duration::parse(&shown),
+            grammar::parse(&shown),
             Ok(d),
             "{text:?} printed as {shown:?}"
         );
     }
-    if let Err(err) = &file {
-        assert_eq!(err.value(), format!("{text:?}"), "the error names the text");
-    }
-    {
-        assert_eq!(
-            attribute.as_ref().ok(),
-            file.as_ref().ok(),
-            "{text:?}: attribute {attribute:?}, file {file:?}"
-        );
+    match parse_duration(text) {
+        Ok(d) => assert_eq!(parsed, Ok(d), "{text:?}"),
+        Err(err) => {
+            assert!(parsed.is_err(), "{text:?}: {parsed:?}, the file: {err}");
+            assert_eq!(err.value(), format!("{text:?}"), "the error names the text");
+        }
     }
 }
 

@@ -2,10 +2,6 @@
 #![no_main]
 
 #[allow(dead_code)]
-#[path = "../../resilience-macros/src/suggest.rs"]
-mod suggest;
-
-#[allow(dead_code)]
 #[path = "../checks/mod.rs"]
 mod checks;
 

@@ -14,7 +14,7 @@ use syn::{Expr, ExprLit, ExprUnary, Lit, Token, UnOp};
 
 use crate::duration;
 use crate::errors::Errors;
-use crate::suggest::did_you_mean;
+use resilience_rules::suggest::did_you_mean;
 
 /// A parsed value with the tokens of its whole `key = value`, so that an
 /// error underlines the argument at fault.
@@ -136,9 +136,9 @@ impl Method {
     }
 
     /// GET, HEAD, OPTIONS and TRACE are safe; PUT and DELETE idempotent by
-    /// contract; POST and PATCH neither.
+    /// contract; POST and PATCH neither (`resilience_rules::idempotency`).
     pub(crate) fn is_idempotent(self) -> bool {
-        !matches!(self, Method::Post | Method::Patch)
+        !resilience_rules::idempotency::needs_key(self.as_str())
     }
 }
 

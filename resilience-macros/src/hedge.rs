@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use proc_macro2::TokenStream;
 use quote::{quote, quote_spanned};
+use resilience_rules::limits::MIN_HEDGE_DELAY;
 use syn::visit_mut::VisitMut;
 use syn::{FnArg, ItemFn, Type};
 
@@ -26,8 +27,8 @@ struct HedgeArgs {
 
 const HEDGE_KEYS: &[&str] = &["delay", "max", "name", "method", "idempotent"];
 
-/// The most attempts in all; the runtime's `MAX_HEDGED_ATTEMPTS`.
-const MAX: u32 = 10;
+/// The most attempts in all.
+const MAX: u32 = resilience_rules::limits::MAX_HEDGED_ATTEMPTS;
 
 fn parse(tokens: TokenStream, errors: &mut Errors) -> HedgeArgs {
     use syn::parse::Parser;
@@ -57,8 +58,9 @@ fn check(hedge: &HedgeArgs, item: &ItemFn, errors: &mut Errors) {
             proc_macro2::Span::call_site(),
             "`#[hedge]` needs a `delay`: how long an attempt may go unanswered before another starts beside it, e.g. `#[hedge(delay = \"50ms\")]` (about the dependency's 95th-percentile latency)",
         )),
-        Some(delay) if delay.get() < Duration::from_millis(1) => errors.push(delay.error(format!(
-            "`delay` must be at least 1ms, not {}: a shorter delay sends every call twice at once",
+        Some(delay) if delay.get() < MIN_HEDGE_DELAY => errors.push(delay.error(format!(
+            "`delay` must be at least {}, not {}: a shorter delay sends every call twice at once",
+            duration::display(MIN_HEDGE_DELAY),
             duration::display(delay.get())
         ))),
         Some(_) => {}

@@ -5,142 +5,10 @@
 //! `idempotent`. Without a declared method the verb that starts the fn's
 //! name decides; a name that says nothing is refused rather than guessed.
 
+use resilience_rules::idempotency::{CREATING, IDEMPOTENT, verb};
 use syn::Ident;
 
 use crate::args::{Arg, Method, RetryArgs};
-
-/// Verbs that create or trigger something: a second run is a second
-/// effect (a second order, a second payment, a second message).
-const CREATING: &[&str] = &[
-    "create",
-    "post",
-    "add",
-    "insert",
-    "submit",
-    "send",
-    "charge",
-    "pay",
-    "transfer",
-    "enqueue",
-    "publish",
-    "push",
-    "append",
-    "emit",
-    "register",
-    "book",
-    "order",
-    "place",
-    "purchase",
-    "buy",
-    "sell",
-    "refund",
-    "withdraw",
-    "deposit",
-    "reserve",
-    "allocate",
-    "issue",
-    "increment",
-    "incr",
-    "decrement",
-    "decr",
-    "patch",
-    "produce",
-    "notify",
-    "trigger",
-    "invoke",
-    "execute",
-    "exec",
-    "process",
-    "upload",
-    "import",
-    "generate",
-    "new",
-    "make",
-    "start",
-    "spawn",
-    "schedule",
-    "dispatch",
-    "mint",
-    "open",
-    "signup",
-    "subscribe",
-    "checkout",
-    "commit",
-];
-
-/// Verbs that read, or write a whole state that a repeat leaves the same
-/// (PUT and DELETE semantics).
-const IDEMPOTENT: &[&str] = &[
-    "get",
-    "fetch",
-    "list",
-    "find",
-    "read",
-    "head",
-    "options",
-    "query",
-    "search",
-    "lookup",
-    "load",
-    "check",
-    "count",
-    "exists",
-    "is",
-    "has",
-    "describe",
-    "show",
-    "view",
-    "download",
-    "resolve",
-    "ping",
-    "probe",
-    "poll",
-    "scan",
-    "select",
-    "retrieve",
-    "stat",
-    "watch",
-    "put",
-    "set",
-    "replace",
-    "upsert",
-    "delete",
-    "remove",
-    "del",
-    "unset",
-    "clear",
-    "cancel",
-    "ack",
-    "acknowledge",
-    "close",
-    "ensure",
-    "sync",
-    "refresh",
-    "reload",
-    "disable",
-    "enable",
-    "store",
-    "save",
-    "overwrite",
-    "evict",
-    "invalidate",
-    "expire",
-    "release",
-    "unsubscribe",
-];
-
-/// Leading words that say nothing about the effect.
-const PREFIXES: &[&str] = &["try", "do", "async", "maybe", "inner", "raw"];
-
-/// The verb of a fn name: its first snake_case word, after prefixes such
-/// as `try_`.
-fn verb(name: &str) -> Option<String> {
-    name.trim_start_matches('_')
-        .split('_')
-        .filter(|word| !word.is_empty())
-        .map(str::to_ascii_lowercase)
-        .find(|word| !PREFIXES.contains(&word.as_str()))
-}
 
 /// Refuses a retried fn that may not be idempotent. The error points at the
 /// fn name and says the rule and the fixes.
@@ -212,31 +80,14 @@ pub(crate) fn check_for(
     }
 }
 
-/// Whether `method` can be retried without a key.
-#[cfg(test)]
-fn safe(method: Method) -> bool {
-    method.is_idempotent()
-}
-
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use crate::args::Method;
 
     #[test]
-    fn the_verb_is_the_first_meaningful_word() {
-        assert_eq!(verb("get_user").as_deref(), Some("get"));
-        assert_eq!(verb("try_create_order").as_deref(), Some("create"));
-        assert_eq!(verb("_send").as_deref(), Some("send"));
-        assert_eq!(verb("GetUser").as_deref(), Some("getuser"));
-        assert_eq!(verb("try"), None);
-    }
-
-    #[test]
-    fn the_lists_do_not_overlap() {
-        for verb in CREATING {
-            assert!(!IDEMPOTENT.contains(verb), "{verb}");
-        }
-        assert!(safe(Method::Put) && safe(Method::Delete) && safe(Method::Get));
-        assert!(!safe(Method::Post) && !safe(Method::Patch));
+    fn a_declared_method_needs_a_key_as_the_rules_say() {
+        assert!(Method::Put.is_idempotent() && Method::Delete.is_idempotent());
+        assert!(Method::Get.is_idempotent());
+        assert!(!Method::Post.is_idempotent() && !Method::Patch.is_idempotent());
     }
 }

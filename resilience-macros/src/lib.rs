@@ -25,7 +25,6 @@ mod idempotency;
 mod item;
 mod retry;
 mod sig;
-mod suggest;
 mod validate;
 
 #[doc = include_str!("../doc/retry.md")]

@@ -6,13 +6,14 @@ use std::time::Duration;
 
 use syn::{Attribute, ItemFn, Signature};
 
+use resilience_rules::limits::{
+    MAX_ATTEMPTS, MAX_CALLS, MAX_IDLE, MAX_JITTER, MAX_MEMBERS, MAX_MULTIPLIER, MAX_PROBES,
+    MIN_BREAKER_TIMEOUT, MIN_IDLE, MIN_JITTER, MIN_WINDOW,
+};
+
 use crate::args::{BreakerArgs, BreakerPreset, RetryArgs, RetryPreset};
 use crate::duration::display;
 use crate::errors::Errors;
-
-/// The smallest jitter factor: below it clients that failed together retry
-/// together (`resilience::guide`, retry and mistake 2).
-const MIN_JITTER: f64 = 0.1;
 
 /// The values a retry preset starts from, as in the runtime's
 /// `PolicyBuilder::{http, background, db_tx}`.
@@ -58,9 +59,9 @@ pub(crate) fn retry(args: &RetryArgs, errors: &mut Errors) {
             errors.push(max.error(
                 "`max = 0` allows no attempt at all, and 0 means \"unbounded\" in some libraries: a retry chain is always bounded\n  = help: `max` counts every attempt, the first included: use `max = 1` to disable retries, the default is 3",
             ));
-        } else if max.get() > 100 {
+        } else if max.get() > MAX_ATTEMPTS {
             errors.push(max.error(format!(
-                "`max = {}` is more than the limit of 100 attempts: each one is another request to a dependency that is failing\n  = help: the default is 3; to retry for longer, raise `max_elapsed`",
+                "`max = {}` is more than the limit of {MAX_ATTEMPTS} attempts: each one is another request to a dependency that is failing\n  = help: the default is 3; to retry for longer, raise `max_elapsed`",
                 max.get()
             )));
         }
@@ -82,9 +83,9 @@ pub(crate) fn retry(args: &RetryArgs, errors: &mut Errors) {
             errors.push(multiplier.error(format!(
                 "`multiplier = {value}` would shrink the pauses: the multiplier must be at least 1.0\n  = help: 2.0 (the default) doubles each pause: 100ms, 200ms, 400ms"
             )));
-        } else if value > 10.0 {
+        } else if value > MAX_MULTIPLIER {
             errors.push(multiplier.error(format!(
-                "`multiplier = {value}` is more than the limit of 10: the pauses would jump from `initial` to the cap in a step or two, a fixed wait rather than a backoff\n  = help: 2.0 (the default) doubles each pause: 100ms, 200ms, 400ms"
+                "`multiplier = {value}` is more than the limit of {MAX_MULTIPLIER}: the pauses would jump from `initial` to the cap in a step or two, a fixed wait rather than a backoff\n  = help: 2.0 (the default) doubles each pause: 100ms, 200ms, 400ms"
             )));
         }
     }
@@ -92,11 +93,11 @@ pub(crate) fn retry(args: &RetryArgs, errors: &mut Errors) {
         let value = jitter.get();
         if value < MIN_JITTER {
             errors.push(jitter.error(format!(
-                "`jitter = {value}` is below 0.1: clients that failed together would retry together, in waves that keep the dependency down (thundering herd)\n  = help: use a jitter between 0.1 and 1.0; the default is 0.25, i.e. ±25 %"
+                "`jitter = {value}` is below {MIN_JITTER:?}: clients that failed together would retry together, in waves that keep the dependency down (thundering herd)\n  = help: use a jitter between {MIN_JITTER:?} and {MAX_JITTER:?}; the default is 0.25, i.e. ±25 %"
             )));
-        } else if value > 1.0 {
+        } else if value > MAX_JITTER {
             errors.push(jitter.error(format!(
-                "`jitter = {value}` is above 1.0: the jitter is a fraction of the pause (0.25 means ±25 %)\n  = help: use a jitter between 0.1 and 1.0"
+                "`jitter = {value}` is above {MAX_JITTER:?}: the jitter is a fraction of the pause (0.25 means ±25 %)\n  = help: use a jitter between {MIN_JITTER:?} and {MAX_JITTER:?}"
             )));
         }
     }
@@ -173,9 +174,9 @@ pub(crate) fn breaker(args: &BreakerArgs, errors: &mut Errors) {
             errors.push(min.error(
                 "`min = 0` would open the breaker on the very first failure: `min` is how many calls the window needs before the ratio means anything\n  = help: the default is 20; 10 for a critical dependency, 30 for a relaxed one",
             ));
-        } else if min.get() > 1_000_000 {
+        } else if min.get() > MAX_CALLS {
             errors.push(min.error(format!(
-                "`min = {}` is more than the limit of 1000000 calls: a breaker that needs more to judge a dependency reacts only after it has sent them all\n  = help: the default is 20; 10 for a critical dependency, 30 for a relaxed one",
+                "`min = {}` is more than the limit of {MAX_CALLS} calls: a breaker that needs more to judge a dependency reacts only after it has sent them all\n  = help: the default is 20; 10 for a critical dependency, 30 for a relaxed one",
                 min.get()
             )));
         }
@@ -185,9 +186,9 @@ pub(crate) fn breaker(args: &BreakerArgs, errors: &mut Errors) {
             errors.push(half_open.error(
                 "`half_open = 0` admits no probe, so an open breaker could never close again\n  = help: the default is 1 probe",
             ));
-        } else if half_open.get() > u32::from(u16::MAX) {
+        } else if half_open.get() > MAX_PROBES {
             errors.push(half_open.error(format!(
-                "`half_open = {}` is more than the limit of 65535 probes: the probe counter holds no more, so the breaker could never close again\n  = help: the default is 1 probe; a few (1 to 10) are enough to see a dependency recover",
+                "`half_open = {}` is more than the limit of {MAX_PROBES} probes: the probe counter holds no more, so the breaker could never close again\n  = help: the default is 1 probe; a few (1 to 10) are enough to see a dependency recover",
                 half_open.get()
             )));
         }
@@ -205,9 +206,9 @@ pub(crate) fn breaker(args: &BreakerArgs, errors: &mut Errors) {
             errors.push(calls.error(
                 "`window` (a time window) and `window_calls` (a count window: the last n calls) exclude each other\n  = help: keep one of them",
             ));
-        } else if calls.get() > 1_000_000 {
+        } else if calls.get() > MAX_CALLS {
             errors.push(calls.error(format!(
-                "`window_calls = {}` is more than the limit of 1000000 calls: a window that long remembers failures long after the dependency recovered\n  = help: a count window of 100 calls judges the last 100",
+                "`window_calls = {}` is more than the limit of {MAX_CALLS} calls: a window that long remembers failures long after the dependency recovered\n  = help: a count window of 100 calls judges the last 100",
                 calls.get()
             )));
         } else if calls.get() < min {
@@ -221,28 +222,28 @@ pub(crate) fn breaker(args: &BreakerArgs, errors: &mut Errors) {
         (
             &args.window,
             "window",
-            Duration::from_millis(10),
+            MIN_WINDOW,
             "it is made of ten buckets of at least 1ms",
             "60s",
         ),
         (
             &args.cooldown,
             "cooldown",
-            Duration::from_millis(1),
+            MIN_BREAKER_TIMEOUT,
             "an open breaker waits that long before it probes",
             "30s",
         ),
         (
             &args.probe_timeout,
             "probe_timeout",
-            Duration::from_millis(1),
+            MIN_BREAKER_TIMEOUT,
             "a half-open probe gets that long to answer before it counts as failed",
             "5s",
         ),
         (
             &args.call_timeout,
             "call_timeout",
-            Duration::from_millis(1),
+            MIN_BREAKER_TIMEOUT,
             "a call gets that long to answer before it is cut and counts as failed",
             "30s",
         ),
@@ -292,19 +293,21 @@ fn family(args: &BreakerArgs, errors: &mut Errors) {
         }
     }
     if let Some(max) = &args.max_members
-        && (max.get() == 0 || max.get() > 1_000_000)
+        && (max.get() == 0 || max.get() > MAX_MEMBERS)
     {
         errors.push(max.error(format!(
-                "`max_members = {}` is outside 1 to 1000000: it caps how many breakers the family holds at once, each about 1 KiB\n  = help: the default is 1000",
+                "`max_members = {}` is outside 1 to {MAX_MEMBERS}: it caps how many breakers the family holds at once, each about 1 KiB\n  = help: the default is 1000",
                 max.get()
             )));
     }
     if let Some(idle) = &args.idle {
         let value = idle.get();
-        if value < Duration::from_secs(1) || value > Duration::from_secs(86_400) {
+        if value < MIN_IDLE || value > MAX_IDLE {
             errors.push(idle.error(format!(
-                "`idle = \"{}\"` is outside 1s to 24h: a member unused that long, closed and without failures, is removed to make room\n  = help: the default is \"5m\"",
-                display(value)
+                "`idle = \"{}\"` is outside {} to {}: a member unused that long, closed and without failures, is removed to make room\n  = help: the default is \"5m\"",
+                display(value),
+                display(MIN_IDLE),
+                display(MAX_IDLE)
             )));
         }
     }
@@ -348,10 +351,11 @@ pub(crate) fn breaker_key(
                 .join(", ")
         )
     };
-    let hint = match crate::suggest::did_you_mean(&name, names.iter().map(String::as_str)) {
-        Some(near) => format!("did you mean `{near}`? "),
-        None => String::new(),
-    };
+    let hint =
+        match resilience_rules::suggest::did_you_mean(&name, names.iter().map(String::as_str)) {
+            Some(near) => format!("did you mean `{near}`? "),
+            None => String::new(),
+        };
     Err(syn::Error::new_spanned(
         root,
         format!(

@@ -21,10 +21,11 @@ pub(crate) fn response_verdict(status: StatusCode, headers: &HeaderMap) -> Verdi
     HttpStatus(status.as_u16()).with_retry_after(retry_after(headers))
 }
 
-/// `true` for a `POST` or `PATCH` without an `Idempotency-Key` header: a
-/// retry could apply it twice.
+/// `true` for a `POST` or `PATCH` (`resilience_rules::idempotency`)
+/// without an `Idempotency-Key` header: a retry could apply it twice.
 pub(crate) fn lacks_idempotency_key(method: &Method, headers: &HeaderMap) -> bool {
-    matches!(*method, Method::POST | Method::PATCH) && !headers.contains_key(IDEMPOTENCY_KEY_HEADER)
+    resilience_rules::idempotency::needs_key(method.as_str())
+        && !headers.contains_key(IDEMPOTENCY_KEY_HEADER)
 }
 
 /// Why a request goes out once under a policy that allows retries, or

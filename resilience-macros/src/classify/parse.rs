@@ -7,7 +7,7 @@ use syn::meta::ParseNestedMeta;
 use syn::{Attribute, Data, DeriveInput, Fields, Ident, LitStr, Token};
 
 use crate::errors::Errors;
-use crate::suggest::did_you_mean;
+use resilience_rules::suggest::did_you_mean;
 
 /// Every key `#[classify(…)]` accepts, on a variant or on a field.
 pub(super) const KEYS: &[&str] = &[

@@ -9,7 +9,7 @@ use syn::{DeriveInput, Member, Type};
 
 use super::parse::{Field, Key, KeyKind, Variant};
 use crate::errors::Errors;
-use crate::suggest::did_you_mean;
+use resilience_rules::suggest::did_you_mean;
 
 /// What `expand` writes for one variant.
 pub(super) struct VariantPlan {

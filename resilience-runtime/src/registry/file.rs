@@ -588,61 +588,38 @@ impl RetrySection {
 }
 
 /// Parses `"250ms"`, `"1.5s"`, `"2m"`: a number and one of the units `ns`,
-/// `us`, `ms`, `s`, `m`, `h`.
-///
-/// Exact: the number is read as a decimal in integer nanoseconds with
-/// checked arithmetic (no float), so `"0.1s"` is exactly 100 ms and a value
-/// that does not fit a `Duration` is refused with the text named, never
-/// wrapped or rounded to another value. The same rules as the attributes'
-/// durations.
+/// `us`, `ms`, `s`, `m`, `h`, by the attributes' grammar
+/// (`resilience_rules::duration`: exact, no float, a value that does not
+/// fit a `Duration` refused), the error naming the text.
 pub(crate) fn duration(key: &'static str, text: &str) -> Result<Duration, ConfigError> {
-    let bad = |reason: &str| {
-        ConfigError::new(
-            "",
-            key,
-            format!("{text:?}"),
-            format!(
-                "{reason}; write a number and a unit (ns, us, ms, s, m, h), e.g. \"250ms\" or \"30s\""
-            ),
-        )
+    use resilience_rules::duration::{DurationError, split, unit_nanos};
+    let err = match resilience_rules::duration::parse(text) {
+        Ok(duration) => return Ok(duration),
+        Err(err) => err,
     };
-    // No space anywhere: the attributes' rule, so that one text means the
-    // same in both places (the fuzz target `duration` compares them).
-    let split = text
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .ok_or_else(|| bad("no unit"))?;
-    let (number, unit) = text.split_at(split);
-    let nanos_per_unit: u128 = match unit {
-        "ns" => 1,
-        "us" | "µs" => 1_000,
-        "ms" => 1_000_000,
-        "s" => 1_000_000_000,
-        "m" | "min" => 60_000_000_000,
-        "h" => 3_600_000_000_000,
-        _ => return Err(bad("unknown unit")),
-    };
-    let (whole, fraction) = number.split_once('.').unwrap_or((number, ""));
-    if whole.is_empty() || fraction.contains('.') || (number.contains('.') && fraction.is_empty()) {
-        return Err(bad("not a number"));
-    }
-    let too_long = || bad("too long: the largest duration is 18446744073709551615.999999999s");
-    // Leading zeros do not count towards the size of the number.
-    let whole: u128 = whole.parse().map_err(|_| too_long())?;
-    let mut nanos = whole.checked_mul(nanos_per_unit).ok_or_else(too_long)?;
-    let mut scale = nanos_per_unit;
-    for digit in fraction.bytes() {
-        scale /= 10;
-        if scale == 0 {
-            return Err(bad("more precise than a nanosecond"));
+    let reason = match err {
+        // The file's messages name the unit before the number.
+        DurationError::NoNumber => match split(text).1 {
+            "" => "no unit",
+            unit if unit_nanos(unit).is_none() => "unknown unit",
+            _ => "not a number",
+        },
+        DurationError::NoUnit => "no unit",
+        DurationError::UnknownUnit => "unknown unit",
+        DurationError::NotANumber => "not a number",
+        DurationError::TooLong => {
+            "too long: the largest duration is 18446744073709551615.999999999s"
         }
-        nanos = nanos
-            .checked_add(u128::from(digit - b'0') * scale)
-            .ok_or_else(too_long)?;
-    }
-    let secs = u64::try_from(nanos / 1_000_000_000).map_err(|_| too_long())?;
-    // The remainder is below 10^9 and fits.
-    let subsec = (nanos % 1_000_000_000) as u32;
-    Ok(Duration::new(secs, subsec))
+        DurationError::TooPrecise => "more precise than a nanosecond",
+    };
+    Err(ConfigError::new(
+        "",
+        key,
+        format!("{text:?}"),
+        format!(
+            "{reason}; write a number and a unit (ns, us, ms, s, m, h), e.g. \"250ms\" or \"30s\""
+        ),
+    ))
 }
 
 /// A section's table, or its schema errors (unknown keys, wrong types):

@@ -132,6 +132,8 @@ use std::fmt;
 use std::path::Path;
 use std::sync::{OnceLock, RwLock};
 
+use resilience_rules::suggest::did_you_mean;
+
 use crate::breaker::{BreakerConfig, BreakerFamily, CircuitBreaker, FamilyConfig};
 use crate::error::ConfigError;
 use crate::retry::{Budget, BudgetConfig, Policy, PolicyBuilder};
@@ -957,7 +959,7 @@ impl Registry {
             let mut reason = format!(
                 "no {what} in the program is named `{name}`, so this section would configure nothing"
             );
-            if let Some(near) = sites::did_you_mean(name, names.iter().copied()) {
+            if let Some(near) = did_you_mean(name, names.iter().copied()) {
                 reason.push_str(&format!("; did you mean `[{kind}.{}]`?", toml_key(near)));
             } else if other.contains(&name) {
                 let other_kind = if kind == "retry" { "breakers" } else { "retry" };
@@ -1014,7 +1016,7 @@ impl Registry {
             let mut reason = format!(
                 "no `#[retry]` in the program draws on a budget named `{name}`, so this section would configure nothing; a chain draws on the budget its `budget = \"..\"` names, or on its `#[circuit_breaker]`'s name, and one named only in code is declared with `RegistryBuilder::budget`"
             );
-            if let Some(near) = sites::did_you_mean(name, budgets.iter().copied()) {
+            if let Some(near) = did_you_mean(name, budgets.iter().copied()) {
                 reason.push_str(&format!("; did you mean `[budgets.{}]`?", toml_key(near)));
             }
             errors.push(ConfigError::new(
@@ -1041,7 +1043,7 @@ impl Registry {
             let mut reason = format!(
                 "no call in the program takes its slots from a load limiter named `{name}`, so this section would configure nothing; a limiter is named by the `limit = \"..\"` of a `#[retry]` or a `#[circuit_breaker]`, and one used only by an HTTP layer is declared with `RegistryBuilder::limit`"
             );
-            if let Some(near) = sites::did_you_mean(name, limits.iter().copied()) {
+            if let Some(near) = did_you_mean(name, limits.iter().copied()) {
                 reason.push_str(&format!("; did you mean `[limits.{}]`?", toml_key(near)));
             }
             errors.push(ConfigError::new(

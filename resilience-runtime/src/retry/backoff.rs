@@ -3,16 +3,14 @@
 use std::time::Duration;
 
 use rand::{Rng, RngCore};
+use resilience_rules::limits::{MAX_JITTER, MAX_MULTIPLIER};
 
 use crate::duration_nanos;
 use crate::error::ConfigError;
 
 /// The smallest jitter factor accepted: below 10 % clients that failed
 /// together retry together (the guide's rules on [retry](crate::guide#retry), [mistake 2](crate::guide#mistakes-the-library-refuses)).
-pub const MIN_JITTER: f64 = 0.1;
-
-/// The largest growth factor accepted by [`Backoff::validate`].
-const MAX_MULTIPLIER: f64 = 10.0;
+pub const MIN_JITTER: f64 = resilience_rules::limits::MIN_JITTER;
 
 /// How a pause is randomized.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -212,17 +210,21 @@ impl Backoff {
                 WHAT,
                 "multiplier",
                 self.multiplier,
-                "the limit is 10: a larger multiplier jumps from `initial` to the cap in a step or two, a fixed wait rather than a backoff (2.0 is the default)",
+                format!(
+                    "the limit is {MAX_MULTIPLIER}: a larger multiplier jumps from `initial` to the cap in a step or two, a fixed wait rather than a backoff (2.0 is the default)"
+                ),
             ));
         }
         if let Jitter::Symmetric(f) | Jitter::Additive(f) = self.jitter
-            && !(MIN_JITTER..=1.0).contains(&f)
+            && !(MIN_JITTER..=MAX_JITTER).contains(&f)
         {
             return Err(ConfigError::new(
                 WHAT,
                 "jitter",
                 f,
-                "jitter must be between 0.1 and 1.0: below 10 % clients that failed together retry together (thundering herd); 0.25 is the default",
+                format!(
+                    "jitter must be between {MIN_JITTER:?} and {MAX_JITTER:?}: below 10 % clients that failed together retry together (thundering herd); 0.25 is the default"
+                ),
             ));
         }
         Ok(())

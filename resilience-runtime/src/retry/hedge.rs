@@ -71,6 +71,7 @@ use std::pin::{Pin, pin};
 use std::task::Poll;
 use std::time::Duration;
 
+use resilience_rules::limits::MIN_HEDGE_DELAY;
 use tokio::time::{Instant, sleep_until};
 
 use super::{Attempts, Classify, DefaultRng, FromRuntimeError, GiveUp, NotKept, Policy, layer};
@@ -79,7 +80,7 @@ use crate::telemetry::{self, Labels};
 
 /// The most attempts a hedged call may make: each is one more request to
 /// the dependency, all of them in flight at once.
-pub const MAX_HEDGED_ATTEMPTS: u32 = 10;
+pub const MAX_HEDGED_ATTEMPTS: u32 = resilience_rules::limits::MAX_HEDGED_ATTEMPTS;
 
 /// How a call is hedged: its name (the `target` of its metrics), the delay
 /// after which another attempt starts, and the most attempts in all.
@@ -106,12 +107,14 @@ impl Hedge {
     /// (2 to [`MAX_HEDGED_ATTEMPTS`]).
     pub fn new(name: &'static str, delay: Duration, max: u32) -> Result<Self, ConfigError> {
         let subject = format!("hedge `{name}`");
-        if delay < Duration::from_millis(1) {
+        if delay < MIN_HEDGE_DELAY {
             return Err(ConfigError::new(
                 subject,
                 "delay",
                 format!("{delay:?}"),
-                "at least 1ms: a shorter delay sends every call twice at once",
+                format!(
+                    "at least {MIN_HEDGE_DELAY:?}: a shorter delay sends every call twice at once"
+                ),
             ));
         }
         if !(2..=MAX_HEDGED_ATTEMPTS).contains(&max) {
@@ -119,7 +122,9 @@ impl Hedge {
                 subject,
                 "max",
                 max,
-                "2 to 10: the attempts in all, the first included (1 would never hedge; each more is one more request in flight)",
+                format!(
+                    "2 to {MAX_HEDGED_ATTEMPTS}: the attempts in all, the first included (1 would never hedge; each more is one more request in flight)"
+                ),
             ));
         }
         Ok(Self { name, delay, max })

@@ -3,6 +3,8 @@
 use std::num::NonZeroU64;
 use std::time::Duration;
 
+use resilience_rules::limits::MAX_ATTEMPTS;
+
 use super::backoff::{Backoff, Jitter};
 use super::budget::Budget;
 use crate::duration_nanos;
@@ -198,10 +200,6 @@ pub struct PolicyBuilder {
 /// The default of [`PolicyBuilder::with_max_retry_after`].
 const MAX_RETRY_AFTER: Duration = Duration::from_secs(60);
 
-/// The most attempts a chain may make: each one is another request to a
-/// dependency that is failing; retrying for longer is `max_elapsed`'s job.
-const MAX_ATTEMPTS: u32 = 100;
-
 impl Default for PolicyBuilder {
     fn default() -> Self {
         Self::http()
@@ -335,7 +333,9 @@ impl PolicyBuilder {
                 WHAT,
                 "max_attempts",
                 self.max_attempts,
-                "the limit is 100 attempts: each is another request to a failing dependency; to retry for longer, raise `max_elapsed`; the default is 3",
+                format!(
+                    "the limit is {MAX_ATTEMPTS} attempts: each is another request to a failing dependency; to retry for longer, raise `max_elapsed`; the default is 3"
+                ),
             ));
         }
         if self.max_elapsed.is_zero() {

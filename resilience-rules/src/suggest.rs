@@ -1,8 +1,18 @@
-//! "Did you mean" for near misses: keys, presets, methods, units.
+//! "Did you mean" for near misses: argument and config keys, presets,
+//! methods, units, the names of breakers and budgets.
 
 /// The candidate nearest to `typo`, if it is near enough to be a typo: at
 /// most one edit for short words, a third of the length for longer ones.
-pub(crate) fn did_you_mean<'a>(
+/// Case is ignored; a swap of two neighbours counts as one edit.
+///
+/// ```
+/// use resilience_rules::suggest::did_you_mean;
+///
+/// let keys = ["max", "initial", "jitter"];
+/// assert_eq!(did_you_mean("intial", keys), Some("initial"));
+/// assert_eq!(did_you_mean("timeout", keys), None);
+/// ```
+pub fn did_you_mean<'a>(
     typo: &str,
     candidates: impl IntoIterator<Item = &'a str>,
 ) -> Option<&'a str> {

@@ -1,0 +1,187 @@
+//! Idempotency first, retry second: which calls may be sent more than
+//! once. An HTTP method says it when one is declared (POST and PATCH need
+//! an idempotency key); otherwise the verb that starts a fn's name does
+//! (`get_user` reads, `create_order` creates: [`verb`], then
+//! [`IDEMPOTENT`] or [`CREATING`]), and a name that says nothing is for
+//! the caller to declare.
+
+/// The HTTP methods that are not idempotent: a second request may apply
+/// them twice, so they are retried only with an `Idempotency-Key` that is
+/// the same on every attempt. GET, HEAD, OPTIONS and TRACE are safe; PUT
+/// and DELETE idempotent by contract.
+pub const NEED_A_KEY: &[&str] = &["POST", "PATCH"];
+
+/// Whether a request of `method` (upper case, as HTTP writes it) needs an
+/// idempotency key to be sent more than once.
+///
+/// ```
+/// use resilience_rules::idempotency::needs_key;
+///
+/// assert!(needs_key("POST") && needs_key("PATCH"));
+/// assert!(!needs_key("GET") && !needs_key("PUT") && !needs_key("DELETE"));
+/// ```
+pub fn needs_key(method: &str) -> bool {
+    NEED_A_KEY.contains(&method)
+}
+
+/// Verbs that create or trigger something: a second run is a second
+/// effect (a second order, a second payment, a second message).
+pub const CREATING: &[&str] = &[
+    "create",
+    "post",
+    "add",
+    "insert",
+    "submit",
+    "send",
+    "charge",
+    "pay",
+    "transfer",
+    "enqueue",
+    "publish",
+    "push",
+    "append",
+    "emit",
+    "register",
+    "book",
+    "order",
+    "place",
+    "purchase",
+    "buy",
+    "sell",
+    "refund",
+    "withdraw",
+    "deposit",
+    "reserve",
+    "allocate",
+    "issue",
+    "increment",
+    "incr",
+    "decrement",
+    "decr",
+    "patch",
+    "produce",
+    "notify",
+    "trigger",
+    "invoke",
+    "execute",
+    "exec",
+    "process",
+    "upload",
+    "import",
+    "generate",
+    "new",
+    "make",
+    "start",
+    "spawn",
+    "schedule",
+    "dispatch",
+    "mint",
+    "open",
+    "signup",
+    "subscribe",
+    "checkout",
+    "commit",
+];
+
+/// Verbs that read, or write a whole state that a repeat leaves the same
+/// (PUT and DELETE semantics).
+pub const IDEMPOTENT: &[&str] = &[
+    "get",
+    "fetch",
+    "list",
+    "find",
+    "read",
+    "head",
+    "options",
+    "query",
+    "search",
+    "lookup",
+    "load",
+    "check",
+    "count",
+    "exists",
+    "is",
+    "has",
+    "describe",
+    "show",
+    "view",
+    "download",
+    "resolve",
+    "ping",
+    "probe",
+    "poll",
+    "scan",
+    "select",
+    "retrieve",
+    "stat",
+    "watch",
+    "put",
+    "set",
+    "replace",
+    "upsert",
+    "delete",
+    "remove",
+    "del",
+    "unset",
+    "clear",
+    "cancel",
+    "ack",
+    "acknowledge",
+    "close",
+    "ensure",
+    "sync",
+    "refresh",
+    "reload",
+    "disable",
+    "enable",
+    "store",
+    "save",
+    "overwrite",
+    "evict",
+    "invalidate",
+    "expire",
+    "release",
+    "unsubscribe",
+];
+
+/// Leading words that say nothing about the effect.
+pub const PREFIXES: &[&str] = &["try", "do", "async", "maybe", "inner", "raw"];
+
+/// The verb of a fn name: its first snake_case word, lower case, after
+/// prefixes such as `try_`.
+///
+/// ```
+/// use resilience_rules::idempotency::{CREATING, IDEMPOTENT, verb};
+///
+/// assert_eq!(verb("try_get_user").as_deref(), Some("get"));
+/// assert!(IDEMPOTENT.contains(&"get"));
+/// assert!(CREATING.contains(&verb("create_order").unwrap().as_str()));
+/// ```
+pub fn verb(name: &str) -> Option<String> {
+    name.trim_start_matches('_')
+        .split('_')
+        .filter(|word| !word.is_empty())
+        .map(str::to_ascii_lowercase)
+        .find(|word| !PREFIXES.contains(&word.as_str()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_verb_is_the_first_meaningful_word() {
+        assert_eq!(verb("get_user").as_deref(), Some("get"));
+        assert_eq!(verb("try_create_order").as_deref(), Some("create"));
+        assert_eq!(verb("_send").as_deref(), Some("send"));
+        assert_eq!(verb("GetUser").as_deref(), Some("getuser"));
+        assert_eq!(verb("try"), None);
+    }
+
+    #[test]
+    fn the_lists_do_not_overlap() {
+        for verb in CREATING {
+            assert!(!IDEMPOTENT.contains(verb), "{verb}");
+        }
+    }
+}
