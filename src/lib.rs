@@ -2,8 +2,8 @@
 //! and idempotency for async Rust.
 //!
 //! The attributes put the layers around an `async fn`, in the order the
-//! [guide](guide#circuit-breaker) asks for (caller → breaker → retry → transport), and refuse the
-//! known mistakes at compile time (a retried POST without an idempotency
+//! [guide](guide#circuit-breaker) asks for (caller → breaker → retry →
+//! transport), and refuse the known mistakes at compile time (a retried POST without an idempotency
 //! key, jitter below 10 %, an unbounded chain, the layers in the wrong
 //! order, …):
 //!

@@ -1,4 +1,5 @@
-//! Idempotency first, retry second (`resilience::guide`, idempotency): may this fn be retried?
+//! May this fn be retried? Idempotency first, retry second, as the guide
+//! says (`resilience::guide`).
 //!
 //! A fn is safe to retry when its HTTP method is idempotent, when it takes
 //! an idempotency key that every attempt sends, or when the author asserts

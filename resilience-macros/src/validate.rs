@@ -633,9 +633,10 @@ pub(crate) fn is_attribute(attr: &Attribute, name: &str) -> bool {
     }
 }
 
-/// The layers must nest caller → breaker → retry (`resilience::guide`, circuit breaker): `#[retry]` is
-/// expanded first when it is written above `#[circuit_breaker]`, and then
-/// finds the breaker below it.
+/// The layers must nest caller → breaker → retry, as the guide's circuit
+/// breaker section says (`resilience::guide`): `#[retry]` is expanded
+/// first when it is written above `#[circuit_breaker]`, and then finds the
+/// breaker below it.
 pub(crate) fn order(item: &ItemFn) -> syn::Result<()> {
     match item
         .attrs
@@ -652,7 +653,8 @@ pub(crate) fn order(item: &ItemFn) -> syn::Result<()> {
 
 /// `#[tracing::instrument]` written above our attributes expands first and
 /// opens its span inside the body, so every attempt would get its own
-/// span; the guide (`resilience::guide`, metrics) wants one span per logical call.
+/// span; the guide's metrics section (`resilience::guide`) wants one span
+/// per logical call.
 pub(crate) fn instrument_order(item: &ItemFn, attribute: &str) -> syn::Result<()> {
     let instrumented = item.block.stmts.iter().any(|stmt| match stmt {
         syn::Stmt::Local(local) => match &local.pat {

@@ -3,9 +3,10 @@
 //!
 //! This is Go's `ctx` deadline for async Rust: a handler declares how long
 //! its caller will wait, and every retry loop below it, however deep, stops
-//! at that time instead of sleeping past it (the guide's rules on [deadlines](crate::guide#deadlines-and-budgets)). The deadline is
-//! scoped to the future it wraps, like a task-local: it needs no extra
-//! parameter and does not leak into tasks spawned from inside.
+//! at that time instead of sleeping past it (the guide's
+//! [deadlines and budgets](crate::guide#deadlines-and-budgets)). The
+//! deadline is scoped to the future it wraps, like a task-local: it needs
+//! no extra parameter and does not leak into tasks spawned from inside.
 //!
 //! ```
 //! use resilience::deadline;

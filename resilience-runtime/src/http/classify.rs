@@ -6,7 +6,8 @@ use std::time::Duration;
 use crate::retry::{Classify, HttpStatus, Reason, Verdict};
 
 /// The verdict for a response: its status, and `Retry-After` on `429` and
-/// `503` (the guide's rules on [what may be retried](crate::guide#what-may-be-retried)). A `2xx` is [`Verdict::Permanent`]: nothing to retry.
+/// `503`, as the guide says [what may be retried](crate::guide#what-may-be-retried).
+/// A `2xx` is [`Verdict::Permanent`]: nothing to retry.
 ///
 /// ```
 /// use resilience::http::classify_response;

@@ -127,7 +127,8 @@ pub enum HttpError {
         url: Box<Url>,
     },
     /// A `POST` or `PATCH` was to be retried without an `Idempotency-Key`
-    /// header (the guide's rules on [idempotency](crate::guide#idempotency-first-retry-second)): a retry could run it twice. Refused before the
+    /// header: a retry could run it twice (the guide's
+    /// [idempotency first, retry second](crate::guide#idempotency-first-retry-second)). Refused before the
     /// first attempt by [`RequestBuilderExt::with_policy`](super::RequestBuilderExt::with_policy)
     /// and [`ReplayableRequest::new`](super::ReplayableRequest::new), which
     /// are asked to retry; permanent. The client-wide middleware sends such

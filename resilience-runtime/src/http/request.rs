@@ -29,7 +29,8 @@ pub trait RequestBuilderExt: sealed::Sealed + Sized {
     /// ([`IdempotencyKey::header_value`]).
     ///
     /// Build the key once per logical call, outside the retried code, so
-    /// that every attempt carries the same value (the guide's rules on [idempotency](crate::guide#idempotency-first-retry-second)).
+    /// that every attempt carries the same value (the guide's
+    /// [idempotency first, retry second](crate::guide#idempotency-first-retry-second)).
     ///
     /// ```
     /// use resilience::IdempotencyKey;
@@ -48,7 +49,8 @@ pub trait RequestBuilderExt: sealed::Sealed + Sized {
 
     /// Sends the request under `policy`: every attempt sends the same
     /// request again (body included), a non-success status is a
-    /// [`StatusError`], and the verdicts follow the guide's rules on [what may be retried](crate::guide#what-may-be-retried).
+    /// [`StatusError`], and the verdicts follow the guide's table of
+    /// [what may be retried](crate::guide#what-may-be-retried).
     ///
     /// Checked before the first attempt, when the policy allows more than
     /// one: the body can be sent again, and a `POST` or `PATCH` carries an

@@ -1,9 +1,11 @@
 //! Idempotency keys: the one thing that makes a retried POST safe.
 //!
 //! A POST retried after a timeout may run twice on the server: the first
-//! attempt may have succeeded after all. The fix (the guide's rules on [idempotency](crate::guide#idempotency-first-retry-second)) is a key sent in
-//! the `Idempotency-Key` header, the same on every attempt of one logical
-//! call, so that the server can store the first response and replay it.
+//! attempt may have succeeded after all. The fix is a key sent in the
+//! `Idempotency-Key` header, the same on every attempt of one logical
+//! call, so that the server can store the first response and replay it
+//! (the guide's
+//! [idempotency first, retry second](crate::guide#idempotency-first-retry-second)).
 //!
 //! This module holds the client's side, [`IdempotencyKey`]; with the
 //! `idempotency-server` feature, the `server` module holds the server's side, a

@@ -9,7 +9,8 @@ use crate::duration_nanos;
 use crate::error::ConfigError;
 
 /// The smallest jitter factor accepted: below 10 % clients that failed
-/// together retry together (the guide's rules on [retry](crate::guide#retry), [mistake 2](crate::guide#mistakes-the-library-refuses)).
+/// together retry together (the guide's [retry](crate::guide#retry) table
+/// and its [mistake 2](crate::guide#mistakes-the-library-refuses)).
 pub const MIN_JITTER: f64 = resilience_rules::limits::MIN_JITTER;
 
 /// How a pause is randomized.
@@ -39,7 +40,8 @@ pub enum Growth {
 }
 
 /// The pause schedule: `delay(n) = min(max_interval, initial ·
-/// multiplier^n)`, then randomized by [`Jitter`] (the guide's rules on [retry](crate::guide#retry)).
+/// multiplier^n)`, then randomized by [`Jitter`], the guide's
+/// [formula](crate::guide#retry).
 ///
 /// # Default
 ///

@@ -131,8 +131,9 @@ impl Outcome {
 }
 
 /// Why a dependency failed, as exported in the `reason` label of
-/// `dependency_errors_total` (the guide's rules on [metrics](crate::guide#metrics-and-alerts)). The set is closed so that the
-/// label's cardinality stays bounded.
+/// `dependency_errors_total` (see the guide's
+/// [metrics](crate::guide#metrics-and-alerts)). The set is closed so that
+/// the label's cardinality stays bounded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Reason {
     /// The dependency did not answer in time.
@@ -451,7 +452,8 @@ impl Classify for Error {
     }
 }
 
-/// An HTTP status code, classified by the guide's rules on [what may be retried](crate::guide#what-may-be-retried).
+/// An HTTP status code, classified as the guide says
+/// [what may be retried](crate::guide#what-may-be-retried).
 ///
 /// ```
 /// use resilience::retry::{Classify, HttpStatus, Verdict};
@@ -564,7 +566,8 @@ impl<T: AsHttpStatus + ?Sized> AsHttpStatus for &T {
     }
 }
 
-/// A five-character SQLSTATE code, classified by the guide's rules on [what may be retried](crate::guide#what-may-be-retried): only
+/// A five-character SQLSTATE code, classified as the guide says
+/// [what may be retried](crate::guide#what-may-be-retried): only
 /// `40001` (serialization_failure) and `40P01` (deadlock_detected) are
 /// transient; every other code, `23503` and `23505` included, is a
 /// business error.

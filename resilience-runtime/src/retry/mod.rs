@@ -3,10 +3,12 @@
 //!
 //! The pieces, each in its own module:
 //!
-//! - [`Backoff`]: how long to pause (the guide's rules on [retry](crate::guide#retry)), with [`Jitter`] strategies;
+//! - [`Backoff`]: how long to pause, by the guide's
+//!   [formula](crate::guide#retry), with [`Jitter`] strategies;
 //! - [`Policy`]: a validated schedule plus the bounds of the whole chain,
 //!   with the presets `http`, `background` and `db_tx`;
-//! - [`Classify`]: the one source of truth on what may be retried (the guide's rules on [what may be retried](crate::guide#what-may-be-retried));
+//! - [`Classify`]: the one source of truth on
+//!   [what may be retried](crate::guide#what-may-be-retried);
 //! - [`Retry`]: the executor, a future that runs an async operation under a
 //!   policy;
 //! - [`BlockingRetry`]: the executor for blocking code, on the caller's

@@ -22,9 +22,10 @@ use crate::retry::{Classify, Event, Reason};
 /// stops at the outcome; a call dropped before its outcome is recorded as
 /// `cancelled`. Without a recorder the clock is never read.
 ///
-/// Layer order (the guide's rules on [circuit breaker](crate::guide#circuit-breaker)): `observe` is the outermost layer, around the
-/// breaker, which is around the retry chain; so a call rejected by an open
-/// breaker is timed (as `circuit_open`) and traced like any other.
+/// Layer order: `observe` is the outermost layer, around the breaker,
+/// which is around the retry chain (the guide's
+/// [layer order](crate::guide#circuit-breaker)); so a call rejected by an
+/// open breaker is timed (as `circuit_open`) and traced like any other.
 ///
 /// ```
 /// use resilience::retry::Policy;

@@ -185,8 +185,8 @@ impl Status {
     }
 }
 
-/// The `kind` label of `http_client_fallbacks_total`: which fallback of
-/// the guide's rules on [fallbacks](crate::guide#fallbacks) answered the call.
+/// The `kind` label of `http_client_fallbacks_total`: which of the guide's
+/// [fallbacks](crate::guide#fallbacks) answered the call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Fallback {
     /// A stale cached value, marked as stale.
@@ -216,7 +216,8 @@ impl Fallback {
 
 /// Records that a call to `labels.target()` was answered by a fallback:
 /// counts it in `http_client_fallbacks_total{kind}` and logs it at WARN
-/// (the guide's rules on [fallbacks](crate::guide#fallbacks): a stale answer is always logged).
+/// (a stale answer is always logged: see the guide's
+/// [fallbacks](crate::guide#fallbacks)).
 ///
 /// ```
 /// use resilience::telemetry::{self, Fallback, Labels};

@@ -93,7 +93,8 @@
 //! Nothing to change: add `tracing_opentelemetry::layer()` to the
 //! subscriber as usual. The span becomes an OpenTelemetry span of kind
 //! `client` named `resilience.call`, its events become span events (so Tempo
-//! or Jaeger show the chain of attempts of one request, the guide's rules on [metrics](crate::guide#metrics-and-alerts)), and
+//! or Jaeger show the chain of attempts of one request in one trace, as the
+//! [guide](crate::guide#metrics-and-alerts) asks), and
 //! `otel.status_code` marks failed calls. An HTTP client instrumented
 //! with its own spans (e.g. `reqwest-tracing`) nests one span per attempt
 //! under it, since every attempt is polled inside the call's span.
@@ -146,7 +147,7 @@ pub const BREAKER_SHARED_FALLBACK: &str = "circuit_breaker_shared_fallback";
 /// attempts and rejected calls that are the dependency's fault.
 pub const DEPENDENCY_ERRORS_TOTAL: &str = "dependency_errors_total";
 /// `http_client_fallbacks_total{service,target,kind}`: a counter of calls
-/// answered by a fallback (the guide's rules on [fallbacks](crate::guide#fallbacks)).
+/// answered by one of the guide's [fallbacks](crate::guide#fallbacks).
 pub const FALLBACKS_TOTAL: &str = "http_client_fallbacks_total";
 /// `http_client_retry_budget_exhausted_total{service,target}`: a counter of
 /// retries not made because the chain's retry
@@ -174,14 +175,41 @@ pub const SHED_TOTAL: &str = "http_client_shed_total";
 /// rejects a default call, set at each admission.
 pub const THROTTLE_PROBABILITY: &str = "http_client_throttle_probability";
 
+/// Every metric of this module, by name: the ones [`describe`] describes
+/// and the guide's [table](crate::guide#metrics-and-alerts) lists (a test
+/// holds all three to one set).
+///
+/// ```
+/// use resilience::telemetry;
+///
+/// assert!(telemetry::METRICS.contains(&telemetry::RETRIES_TOTAL));
+/// assert_eq!(telemetry::METRICS.len(), 13);
+/// ```
+pub const METRICS: &[&str] = &[
+    RETRIES_TOTAL,
+    REQUEST_DURATION_SECONDS,
+    BREAKER_STATE,
+    BREAKER_TRIPS_TOTAL,
+    DEPENDENCY_ERRORS_TOTAL,
+    BREAKER_SHARED_FALLBACK,
+    FALLBACKS_TOTAL,
+    RETRY_BUDGET_EXHAUSTED_TOTAL,
+    HEDGES_TOTAL,
+    CONCURRENCY_LIMIT,
+    IN_FLIGHT,
+    SHED_TOTAL,
+    THROTTLE_PROBABILITY,
+];
+
 /// Counts one hedge of the call labelled `labels`.
 pub(crate) fn hedge(labels: Labels) {
     emit::increment(HEDGES_TOTAL, labels, &[]);
 }
 
 /// Histogram buckets for [`REQUEST_DURATION_SECONDS`], in seconds: from a
-/// fast local answer (5 ms) to a whole retry budget (the guide's rules on [retry](crate::guide#retry): ≤ 5 s, up to
-/// 6 s with the last attempt) and beyond.
+/// fast local answer (5 ms) to a whole retry chain (at most 5 s under the
+/// guide's [HTTP defaults](crate::guide#retry), up to 6 s with the last
+/// attempt) and beyond.
 pub const DURATION_BUCKETS: &[f64] = &[
     0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
 ];

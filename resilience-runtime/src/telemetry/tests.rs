@@ -451,6 +451,58 @@ fn describe_gives_units_and_help() {
     assert!(help.as_deref().is_some_and(|h| h.contains("reason")));
 }
 
+/// `describe` describes exactly the metrics of [`METRICS`], each once.
+#[test]
+fn describe_covers_every_metric_of_the_list() {
+    use std::sync::Mutex;
+
+    use metrics::{
+        Counter, Gauge, Histogram, Key, KeyName, Metadata, Recorder, SharedString, Unit,
+    };
+
+    /// Keeps the names described; registers nothing.
+    #[derive(Default)]
+    struct Described(Mutex<Vec<String>>);
+
+    impl Described {
+        fn push(&self, name: KeyName) {
+            self.0.lock().unwrap().push(name.as_str().to_owned());
+        }
+    }
+
+    impl Recorder for Described {
+        fn describe_counter(&self, name: KeyName, _: Option<Unit>, _: SharedString) {
+            self.push(name);
+        }
+        fn describe_gauge(&self, name: KeyName, _: Option<Unit>, _: SharedString) {
+            self.push(name);
+        }
+        fn describe_histogram(&self, name: KeyName, _: Option<Unit>, _: SharedString) {
+            self.push(name);
+        }
+        fn register_counter(&self, _: &Key, _: &Metadata<'_>) -> Counter {
+            Counter::noop()
+        }
+        fn register_gauge(&self, _: &Key, _: &Metadata<'_>) -> Gauge {
+            Gauge::noop()
+        }
+        fn register_histogram(&self, _: &Key, _: &Metadata<'_>) -> Histogram {
+            Histogram::noop()
+        }
+    }
+
+    let recorder = Described::default();
+    {
+        let _local = metrics::set_default_local_recorder(&recorder);
+        describe();
+    }
+    let mut described = recorder.0.into_inner().unwrap();
+    described.sort();
+    let mut listed: Vec<String> = METRICS.iter().map(|name| (*name).to_owned()).collect();
+    listed.sort();
+    assert_eq!(described, listed);
+}
+
 /// A minimal `tracing` subscriber that keeps, for every event, its level,
 /// message and the span it happened in.
 mod traces {

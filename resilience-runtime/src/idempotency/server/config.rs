@@ -13,8 +13,8 @@ use crate::error::ConfigError;
 ///
 /// | setting | default | why |
 /// |---|---|---|
-/// | methods | `POST`, `PATCH` | the non-idempotent methods (the guide's rules on [idempotency](crate::guide#idempotency-first-retry-second)); `GET`, `HEAD`, `OPTIONS`, `PUT`, `DELETE` pass through |
-/// | ttl | 24 h | how long a response is replayed (the guide's rules on [idempotency](crate::guide#idempotency-first-retry-second)) |
+/// | methods | `POST`, `PATCH` | the [non-idempotent](crate::guide#idempotency-first-retry-second) methods; `GET`, `HEAD`, `OPTIONS`, `PUT`, `DELETE` pass through |
+/// | ttl | 24 h | how long a response is replayed, as the [guide](crate::guide#idempotency-first-retry-second) says |
 /// | lock ttl | 10 s | how long a crashed holder blocks its key; a running request renews its lock every third of it |
 /// | store timeout | 1 s | the longest wait on one store call; a store slower than that is down (`503`) |
 /// | max request body | 2 MiB | the request is buffered to fingerprint it (axum's own default limit) |

@@ -1,5 +1,7 @@
-//! The server's side of idempotency (the guide's rules on [idempotency](crate::guide#idempotency-first-retry-second)): a tower layer that runs a
-//! handler at most once per `Idempotency-Key` and replays its response.
+//! The server's side of
+//! [idempotency](crate::guide#idempotency-first-retry-second): a tower
+//! layer that runs a handler at most once per `Idempotency-Key` and
+//! replays its response.
 //!
 //! Enabled by the `idempotency-server` feature; `idempotency-redis` adds
 //! `RedisStore`. It works with axum and with any tower-based server whose
