@@ -1,7 +1,8 @@
 //! The hot path of the load limiters (issue 29): acquire + release
 //! uncontended, beside the breaker's closed path in the same run (the
 //! target: within 2× of it), and what the adaptive limit's latency sample
-//! costs (two clock reads). Counts allocations per call.
+//! costs (two clock reads), and the floor of any exact count of calls in
+//! flight (two shared read-modify-writes). Counts allocations per call.
 //!
 //! `cargo bench --bench limit -- --warm-up-time 1 --measurement-time 3`
 
@@ -9,7 +10,7 @@ mod common;
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::hint::black_box;
-use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed, Ordering::SeqCst};
 
 use common::poll_once;
 use criterion::{Criterion, criterion_group, criterion_main};
@@ -96,6 +97,19 @@ fn limit(c: &mut Criterion) {
     });
     group.bench_function("bulkhead: try_acquire + release", |b| {
         b.iter(&mut bulkhead_call)
+    });
+    // The floor of an exact count of calls in flight: one shared
+    // read-modify-write in, one out, and nothing else.
+    let count = AtomicU64::new(0);
+    group.bench_function("floor: compare_exchange + fetch_sub", |b| {
+        b.iter(|| {
+            let before = count.load(SeqCst);
+            let admitted = count
+                .compare_exchange(before, before + 1, SeqCst, SeqCst)
+                .is_ok();
+            count.fetch_sub(u64::from(admitted), SeqCst);
+            admitted
+        })
     });
     group.bench_function("adaptive: try_acquire + record (sample)", |b| {
         b.iter(&mut adaptive_call)

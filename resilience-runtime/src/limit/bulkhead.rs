@@ -46,6 +46,10 @@ use crate::telemetry::{self, Labels};
 #[derive(Debug)]
 pub struct Bulkhead {
     max: u32,
+    /// [`Priority::share`] of `max` for each priority, by
+    /// [`Priority::index`]: computed once, so that an admission reads its
+    /// share rather than dividing (BENCHMARKS.md, *Load limiting*).
+    shares: [u32; 3],
     max_wait: Duration,
     /// The calls in flight (the low 32 bits) and the critical calls
     /// waiting for a slot (the high 32 bits, [`CRITICAL_WAITING`] each),
@@ -96,6 +100,7 @@ impl Bulkhead {
         telemetry::limit_changed(labels, max);
         Ok(Self {
             max,
+            shares: Priority::ALL.map(|priority| priority.share(max)),
             max_wait: Duration::ZERO,
             state: AtomicU64::new(0),
             waiting: AtomicU32::new(0),
@@ -154,7 +159,7 @@ impl Bulkhead {
         // Compare-and-swap rather than add-then-undo: a call that is
         // refused never raises the count, so it cannot make another call
         // (a waiter woken for a freed slot) fail in its turn.
-        let share = u64::from(priority.share(self.max));
+        let share = u64::from(self.shares[priority.index()]);
         // A call that is not critical compares the whole word: a critical
         // call waiting puts it above every share, so that the slot it
         // waits for stays its own.
@@ -178,8 +183,14 @@ impl Bulkhead {
                 Err(actual) => before = actual,
             }
         }
-        telemetry::limit_in_flight(self.report.labels(), (before & IN_FLIGHT) as u32 + 1);
-        Some(BulkheadPermit { bulkhead: self })
+        let recording = telemetry::limit_recording();
+        if recording {
+            telemetry::limit_in_flight(self.report.labels(), (before & IN_FLIGHT) as u32 + 1);
+        }
+        Some(BulkheadPermit {
+            bulkhead: self,
+            recording,
+        })
     }
 
     /// Takes a slot for a call of `priority`, waiting at most
@@ -235,8 +246,10 @@ impl Bulkhead {
         call.await
     }
 
+    /// Frees a slot; `recording`: a recorder was in scope at the
+    /// admission, so that the gauge is worth setting.
     #[inline]
-    fn release(&self) {
+    fn release(&self, recording: bool) {
         let before = self.state.fetch_sub(1, Ordering::SeqCst);
         if before >= CRITICAL_WAITING {
             self.freed_critical.notify_one();
@@ -245,7 +258,7 @@ impl Bulkhead {
         }
         // The gauge is set by every admission; a release sets it only when
         // the last call leaves, so that an idle limiter reads 0.
-        if before & IN_FLIGHT == 1 {
+        if recording && before & IN_FLIGHT == 1 {
             telemetry::limit_in_flight(self.report.labels(), 0);
         }
     }
@@ -262,7 +275,7 @@ impl Bulkhead {
         }
         if state >= CRITICAL_WAITING {
             self.freed_critical.notify_one();
-        } else if state < u64::from(Priority::Default.share(self.max))
+        } else if state < u64::from(self.shares[Priority::Default.index()])
             && self.waiting.load(Ordering::SeqCst) != 0
         {
             self.freed.notify_one();
@@ -311,12 +324,14 @@ impl Drop for Waiting<'_> {
 #[must_use = "a permit holds a slot until it is dropped"]
 pub struct BulkheadPermit<'a> {
     bulkhead: &'a Bulkhead,
+    /// A recorder was in scope when the slot was taken.
+    recording: bool,
 }
 
 impl Drop for BulkheadPermit<'_> {
     #[inline]
     fn drop(&mut self) {
-        self.bulkhead.release();
+        self.bulkhead.release(self.recording);
     }
 }
 

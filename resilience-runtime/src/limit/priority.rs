@@ -58,6 +58,11 @@ impl Priority {
         }
     }
 
+    /// Its place in [`ALL`](Self::ALL), the least important first.
+    pub(crate) const fn index(self) -> usize {
+        self as usize
+    }
+
     /// The priority named `word` ([`as_str`](Self::as_str)).
     pub fn parse(word: &str) -> Option<Self> {
         Self::ALL.into_iter().find(|p| p.as_str() == word)
@@ -89,6 +94,13 @@ mod tests {
         assert_eq!(Priority::Default.share(8), 8);
         assert_eq!(Priority::Sheddable.share(u32::MAX), u32::MAX / 2 + 1);
         assert_eq!(Priority::Default.share(u32::MAX), 3_865_470_566);
+    }
+
+    #[test]
+    fn index_is_the_place_in_all() {
+        for (i, p) in Priority::ALL.into_iter().enumerate() {
+            assert_eq!(p.index(), i);
+        }
     }
 
     #[test]

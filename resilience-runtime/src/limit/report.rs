@@ -131,7 +131,7 @@ mod tests {
         let _subscriber = tracing::subscriber::set_default(Warns(warns.clone()));
 
         let bulkhead = Bulkhead::new("stock", 1).unwrap();
-        let _held = bulkhead.try_acquire(Priority::Critical).unwrap();
+        let held = bulkhead.try_acquire(Priority::Critical).unwrap();
         for _ in 0..3 {
             assert!(bulkhead.try_acquire(Priority::Default).is_err());
         }
@@ -185,5 +185,27 @@ mod tests {
         assert_eq!(gauge("http_client_in_flight", "stock"), Some(1.0));
         assert_eq!(gauge("http_client_concurrency_limit", "users"), Some(20.0));
         assert_eq!(gauge("http_client_in_flight", "users"), Some(1.0));
+
+        // The release that leaves a bulkhead idle sets the gauge to 0 (its
+        // permit remembers that a recorder was in scope at the admission).
+        drop(held);
+        let in_flight =
+            snapshotter
+                .snapshot()
+                .into_vec()
+                .into_iter()
+                .find_map(|(key, _, _, value)| {
+                    let key = key.key();
+                    let stock = key
+                        .labels()
+                        .any(|l| l.key() == "target" && l.value() == "stock");
+                    match value {
+                        DebugValue::Gauge(v) if key.name() == "http_client_in_flight" && stock => {
+                            Some(v.into_inner())
+                        }
+                        _ => None,
+                    }
+                });
+        assert_eq!(in_flight, Some(0.0));
     }
 }

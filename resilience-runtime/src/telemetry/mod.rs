@@ -123,7 +123,9 @@ pub(crate) use breaker::{
 pub use call::{CallScope, Entered, Observed, observe};
 pub use emit::{describe, recorder_installed};
 pub use labels::{AttemptResult, Fallback, Labels, Status, attempt_label, fallback};
-pub(crate) use limit::{limit_changed, limit_in_flight, limit_shed, throttle_probability};
+pub(crate) use limit::{
+    limit_changed, limit_in_flight, limit_recording, limit_shed, throttle_probability,
+};
 pub use retries::RetryMetrics;
 
 /// `http_client_retries_total{service,target,attempt,result}`: a counter, one
