@@ -1160,7 +1160,7 @@ mod tests {
                 &SHORT,
                 &[Slow(3, 200)],
                 None,
-                Err(Failure::Runtime(Error::budget_exhausted(
+                Err(Failure::Runtime(Error::max_elapsed_exceeded(
                     Duration::from_secs(2),
                     1,
                 ))),

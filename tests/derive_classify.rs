@@ -161,7 +161,7 @@ fn every_key_gives_its_verdict_reason_and_outcome() {
             Outcome::Failure,
         ),
         (
-            ApiError::from(resilience::Error::budget_exhausted(two, 3)),
+            ApiError::from(resilience::Error::max_elapsed_exceeded(two, 3)),
             Verdict::Fatal,
             Some(Reason::Timeout),
             Outcome::Failure,

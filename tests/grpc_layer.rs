@@ -362,7 +362,7 @@ async fn a_hung_server_is_cut_at_max_elapsed_and_the_caller_gets_deadline_exceed
     assert!(
         source
             .downcast_ref::<Error>()
-            .is_some_and(|err| matches!(err, Error::BudgetExhausted { attempts: 1, .. })),
+            .is_some_and(|err| matches!(err, Error::MaxElapsedExceeded { attempts: 1, .. })),
         "{source:?}"
     );
     // Cut at the chain's 300 ms, not the server's 10 s; one request sent.

@@ -93,7 +93,7 @@ async fn a_hanging_dependency_opens_the_breaker_and_a_hanging_probe_reopens_it()
         assert!(
             matches!(
                 err,
-                ClientError::Resilience(resilience::Error::BudgetExhausted { attempts: 1, .. })
+                ClientError::Resilience(resilience::Error::MaxElapsedExceeded { attempts: 1, .. })
             ),
             "call {call}: {err:?}"
         );
@@ -123,7 +123,7 @@ async fn a_hanging_dependency_opens_the_breaker_and_a_hanging_probe_reopens_it()
     assert!(
         matches!(
             err,
-            ClientError::Resilience(resilience::Error::BudgetExhausted { .. })
+            ClientError::Resilience(resilience::Error::MaxElapsedExceeded { .. })
         ),
         "{err:?}"
     );
@@ -248,13 +248,13 @@ async fn a_spent_budget_carries_the_last_attempts_error() {
     assert!(
         matches!(
             runtime,
-            resilience::Error::BudgetExhausted { attempts: 2, .. }
+            resilience::Error::MaxElapsedExceeded { attempts: 2, .. }
         ),
         "{runtime:?}"
     );
     assert_eq!(
         err.to_string(),
-        "the retry budget of 1s ran out with attempt 2 in flight; the last attempt failed: http status 503"
+        "the retry chain's max_elapsed of 1s passed with attempt 2 in flight; the last attempt failed: http status 503"
     );
     let source = err
         .source()

@@ -139,7 +139,7 @@ pub(crate) fn retry(args: &RetryArgs, errors: &mut Errors) {
             ));
         } else if !max_elapsed.is_zero() && value >= max_elapsed {
             errors.push(timeout.error(format!(
-                "`attempt_timeout = \"{}\"` is not shorter than `max_elapsed = \"{}\"`: a first attempt that times out uses the whole budget, so the second attempt could never run\n  = help: make the attempt timeout a fraction of the budget, e.g. `attempt_timeout = \"{}\"`",
+                "`attempt_timeout = \"{}\"` is not shorter than `max_elapsed = \"{}\"`: a first attempt that times out uses all of `max_elapsed`, so the second attempt could never run\n  = help: make the attempt timeout a fraction of `max_elapsed`, e.g. `attempt_timeout = \"{}\"`",
                 display(value),
                 display(max_elapsed),
                 display(Duration::from_millis((max_elapsed.as_millis() / 5).max(1) as u64))

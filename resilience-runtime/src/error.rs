@@ -48,19 +48,21 @@ pub enum Error {
         #[source]
         last: Option<Cause>,
     },
-    /// The retry chain's `max_elapsed` budget ran out while an attempt was
-    /// still in flight; the attempt was dropped.
+    /// The retry chain's time limit, its policy's `max_elapsed`, passed
+    /// while an attempt was still in flight; the attempt was dropped. (Not
+    /// the retry [`Budget`](crate::retry::Budget): a chain whose budget is
+    /// empty stops making retries and ends with its last attempt's error.)
     ///
     /// Not retried, and a failure of the dependency
     /// ([`Verdict::Fatal`](crate::Verdict::Fatal)): a hung dependency.
     #[error(
-        "the retry budget of {budget:?} ran out with attempt {attempts} in flight{}",
+        "the retry chain's max_elapsed of {max_elapsed:?} passed with attempt {attempts} in flight{}",
         cause_suffix(last)
     )]
     #[non_exhaustive]
-    BudgetExhausted {
+    MaxElapsedExceeded {
         /// The policy's `max_elapsed`.
-        budget: Duration,
+        max_elapsed: Duration,
         /// Attempts made, the one cut in flight included.
         attempts: u32,
         /// Why the attempt before the one cut failed (see
@@ -157,7 +159,7 @@ impl Error {
         }
     }
 
-    /// [`Error::BudgetExhausted`] of a `budget` spent with attempt
+    /// [`Error::MaxElapsedExceeded`]: `max_elapsed` passed with attempt
     /// `attempts` in flight, without a cause.
     ///
     /// ```
@@ -165,13 +167,13 @@ impl Error {
     /// use std::time::Duration;
     ///
     /// assert_eq!(
-    ///     Error::budget_exhausted(Duration::from_secs(5), 2).to_string(),
-    ///     "the retry budget of 5s ran out with attempt 2 in flight",
+    ///     Error::max_elapsed_exceeded(Duration::from_secs(5), 2).to_string(),
+    ///     "the retry chain's max_elapsed of 5s passed with attempt 2 in flight",
     /// );
     /// ```
-    pub const fn budget_exhausted(budget: Duration, attempts: u32) -> Self {
-        Error::BudgetExhausted {
-            budget,
+    pub const fn max_elapsed_exceeded(max_elapsed: Duration, attempts: u32) -> Self {
+        Error::MaxElapsedExceeded {
+            max_elapsed,
             attempts,
             last: None,
         }
@@ -179,10 +181,10 @@ impl Error {
 
     /// The same error, with `cause` as the last attempt's error: kept by
     /// [`DeadlineExceeded`](Self::DeadlineExceeded) and
-    /// [`BudgetExhausted`](Self::BudgetExhausted), ignored by the others.
+    /// [`MaxElapsedExceeded`](Self::MaxElapsedExceeded), ignored by the others.
     #[must_use]
     pub fn with_last(mut self, cause: Option<Cause>) -> Self {
-        if let Error::DeadlineExceeded { last, .. } | Error::BudgetExhausted { last, .. } =
+        if let Error::DeadlineExceeded { last, .. } | Error::MaxElapsedExceeded { last, .. } =
             &mut self
         {
             *last = cause;
@@ -190,11 +192,11 @@ impl Error {
         self
     }
 
-    /// The last attempt's error, for a chain cut by its budget or the
-    /// caller's deadline after an attempt that failed.
+    /// The last attempt's error, for a chain cut by its `max_elapsed` or
+    /// the caller's deadline after an attempt that failed.
     pub fn last(&self) -> Option<&Cause> {
         match self {
-            Error::DeadlineExceeded { last, .. } | Error::BudgetExhausted { last, .. } => {
+            Error::DeadlineExceeded { last, .. } | Error::MaxElapsedExceeded { last, .. } => {
                 last.as_ref()
             }
             _ => None,
@@ -217,7 +219,7 @@ impl Error {
 /// use std::time::Duration;
 ///
 /// let refused = std::io::Error::from(std::io::ErrorKind::ConnectionRefused);
-/// let err = Error::budget_exhausted(Duration::from_secs(5), 3).with_last(Some(Cause::new(refused)));
+/// let err = Error::max_elapsed_exceeded(Duration::from_secs(5), 3).with_last(Some(Cause::new(refused)));
 /// assert!(err.to_string().ends_with("; the last attempt failed: connection refused"));
 /// let source = err.source().unwrap().downcast_ref::<Cause>().unwrap();
 /// assert!(source.get().downcast_ref::<std::io::Error>().is_some());
@@ -472,7 +474,7 @@ impl From<Error> for std::io::Error {
     fn from(err: Error) -> Self {
         let kind = match err {
             Error::AttemptTimeout(_)
-            | Error::BudgetExhausted { .. }
+            | Error::MaxElapsedExceeded { .. }
             | Error::DeadlineExceeded { .. } => std::io::ErrorKind::TimedOut,
             Error::DependencyDown(_) => std::io::ErrorKind::ConnectionRefused,
             // Not `WouldBlock` or a connection error: nothing was sent, and

@@ -159,7 +159,7 @@ async fn attempts_that_hang_are_cut_by_max_elapsed() {
         .await;
     assert_eq!(
         answer,
-        Err(Failure::Runtime(Error::budget_exhausted(
+        Err(Failure::Runtime(Error::max_elapsed_exceeded(
             Duration::from_secs(2),
             3
         )))

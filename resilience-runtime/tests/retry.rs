@@ -326,7 +326,7 @@ async fn max_elapsed_bounds_slow_attempts_too() {
         .await;
     assert_eq!(
         result,
-        Err(ClientError::Runtime(Error::budget_exhausted(
+        Err(ClientError::Runtime(Error::max_elapsed_exceeded(
             Duration::from_secs(5),
             3
         )))

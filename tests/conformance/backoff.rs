@@ -126,7 +126,7 @@ fn test_new_exponential_back_off() {
 
 /// `TestMaxElapsedTime`: an operation still running after the chain's
 /// `MaxElapsedTime` (15 min) gets no further attempt. Ours cuts the attempt
-/// in flight at 900 s exactly (`BudgetExhausted`, 1 attempt).
+/// in flight at 900 s exactly (`MaxElapsedExceeded`, 1 attempt).
 #[tokio::test(start_paused = true)]
 async fn test_max_elapsed_time() {
     let policy = Policy::builder()
@@ -145,7 +145,7 @@ async fn test_max_elapsed_time() {
     assert!(
         matches!(
             err,
-            OpError::Runtime(resilience::Error::BudgetExhausted { .. })
+            OpError::Runtime(resilience::Error::MaxElapsedExceeded { .. })
         ),
         "{err:?}"
     );

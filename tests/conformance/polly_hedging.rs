@@ -549,7 +549,7 @@ async fn max_hedged_attempts_bound_the_attempts() {
     assert!(
         matches!(
             result,
-            Err(Exception::Runtime(resilience::Error::BudgetExhausted {
+            Err(Exception::Runtime(resilience::Error::MaxElapsedExceeded {
                 attempts: 3,
                 ..
             }))

@@ -274,7 +274,7 @@ async fn a_chain_cut_by_max_elapsed_is_dead_lettered_with_the_last_error() {
     assert!(
         dead[0]
             .error
-            .starts_with("the retry budget of 3s ran out with attempt 2 in flight"),
+            .starts_with("the retry chain's max_elapsed of 3s passed with attempt 2 in flight"),
         "{}",
         dead[0].error
     );

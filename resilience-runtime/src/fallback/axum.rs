@@ -96,7 +96,7 @@ impl IntoResponse for Error {
             Error::Overloaded(_) => StatusCode::SERVICE_UNAVAILABLE,
             Error::AttemptTimeout(_)
             | Error::DeadlineExceeded { .. }
-            | Error::BudgetExhausted { .. } => StatusCode::GATEWAY_TIMEOUT,
+            | Error::MaxElapsedExceeded { .. } => StatusCode::GATEWAY_TIMEOUT,
             Error::RetryInsideTransaction | Error::CommitOutcomeUnknown { .. } => {
                 StatusCode::INTERNAL_SERVER_ERROR
             }

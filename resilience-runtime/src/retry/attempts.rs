@@ -27,9 +27,9 @@ pub enum Cut {
     AttemptTimeout(Duration),
     /// The caller's deadline: the chain stops with [`Error::DeadlineExceeded`].
     Deadline,
-    /// The chain's `max_elapsed` budget: the chain stops with
-    /// [`Error::BudgetExhausted`].
-    Budget,
+    /// The chain's time limit, its policy's `max_elapsed`: the chain stops
+    /// with [`Error::MaxElapsedExceeded`].
+    MaxElapsed,
 }
 
 /// What comes after a failed attempt.
@@ -48,7 +48,9 @@ pub enum Next {
 }
 
 /// The bookkeeping of one retry chain — attempts made, time spent, jitter
-/// drawn — and the rules that decide what comes next (the guide ([retry](crate::guide#retry), [deadlines](crate::guide#deadlines-and-budgets))).
+/// drawn — and the rules that decide what comes next, those of the guide's
+/// [retry](crate::guide#retry) and
+/// [deadlines](crate::guide#deadlines-and-budgets) sections.
 ///
 /// Every loop of the library is built on it: [`Retry`](super::Retry), the
 /// [blocking executor](super::BlockingRetry), the code of the `#[retry]`
@@ -251,7 +253,8 @@ impl<R, P: Borrow<Policy>, S: Slot> Attempts<R, P, S> {
 
     /// Starts the next attempt and says which timer, if any, must cut it:
     /// the earliest of the per-attempt timeout, the caller's deadline and
-    /// the chain's budget (on a tie the deadline wins, then the budget).
+    /// the chain's `max_elapsed` (on a tie the deadline wins, then
+    /// `max_elapsed`).
     ///
     /// `Err(GiveUp::Deadline)` when the caller's deadline has already
     /// passed: no attempt may start, the caller gets
@@ -306,7 +309,7 @@ impl<R, P: Borrow<Policy>, S: Slot> Attempts<R, P, S> {
             if deadline.is_some_and(|deadline| deadline <= now) {
                 return Err(GiveUp::Deadline);
             }
-            let mut until = (start + self.policy().max_elapsed(), Cut::Budget);
+            let mut until = (start + self.policy().max_elapsed(), Cut::MaxElapsed);
             if let Some(timeout) = timeout
                 && now + timeout < until.0
             {
@@ -335,11 +338,11 @@ impl<R, P: Borrow<Policy>, S: Slot> Attempts<R, P, S> {
     }
 
     /// The attempt in flight is pending and [`begin`](Self::begin) armed no
-    /// timer: from now on it runs under the chain's budget.
+    /// timer: from now on it runs under the chain's `max_elapsed`.
     #[inline]
     pub fn pending(&mut self) -> (Instant, Cut) {
         let start = *self.start.get_or_insert_with(Instant::now);
-        (start + self.policy().max_elapsed(), Cut::Budget)
+        (start + self.policy().max_elapsed(), Cut::MaxElapsed)
     }
 
     /// Another attempt beside those in flight, for a hedged call: `Err`
@@ -377,8 +380,8 @@ impl<R, P: Borrow<Policy>, S: Slot> Attempts<R, P, S> {
                 Error::deadline_exceeded(self.attempt).with_last(self.last.take()),
                 Some(GiveUp::Deadline),
             ),
-            Cut::Budget => (
-                Error::budget_exhausted(self.policy().max_elapsed(), self.attempt)
+            Cut::MaxElapsed => (
+                Error::max_elapsed_exceeded(self.policy().max_elapsed(), self.attempt)
                     .with_last(self.last.take()),
                 Some(GiveUp::Elapsed),
             ),
@@ -415,7 +418,7 @@ impl<R, P: Borrow<Policy>, S: Slot> Attempts<R, P, S> {
 impl<R: RngCore, P: Borrow<Policy>, S: Slot> Attempts<R, P, S> {
     /// The current attempt failed with an error judged `verdict`: stop on a
     /// permanent error, after the last attempt, or when the pause would
-    /// cross the budget or the caller's deadline (never sleep uselessly);
+    /// cross `max_elapsed` or the caller's deadline (never sleep uselessly);
     /// otherwise pause for `max(backoff, Retry-After)`.
     ///
     /// A chain that fails inside another chain's attempt (see
@@ -448,15 +451,15 @@ impl<R: RngCore, P: Borrow<Policy>, S: Slot> Attempts<R, P, S> {
             }
             delay = delay.max(asked);
         }
-        let budget_left = self
+        let time_left = self
             .policy()
             .max_elapsed()
             .saturating_sub(now.saturating_duration_since(start));
         let deadline_left = deadline::current().map(|at| at.saturating_duration_since(now));
-        if deadline_left.is_some_and(|left| left <= budget_left && delay >= left) {
+        if deadline_left.is_some_and(|left| left <= time_left && delay >= left) {
             return Next::GiveUp(GiveUp::Deadline);
         }
-        if delay >= budget_left {
+        if delay >= time_left {
             return Next::GiveUp(GiveUp::Elapsed);
         }
         // Last: a retry that would not be made for another reason takes
@@ -533,7 +536,7 @@ pub trait Driver<E> {
     fn notify(&mut self, event: &Event<'_, E>);
 
     /// The runtime error that ends an attempt or the chain (a timeout, the
-    /// deadline, the budget), before it becomes an `E`.
+    /// deadline, `max_elapsed`), before it becomes an `E`.
     fn runtime_error(&mut self, error: &Error) {
         let _ = error;
     }
@@ -603,7 +606,7 @@ impl<R, P: Borrow<Policy>, S: Slot> Attempts<R, P, S> {
     /// A timer cut the attempt in flight (drop it first): `Ok` with a
     /// per-attempt timeout's error, to go through
     /// [`on_error`](Self::on_error) like any other; `Err` with the chain's
-    /// error when its budget or the caller's deadline ran out, its event
+    /// error when its `max_elapsed` or the caller's deadline ran out, its event
     /// sent.
     pub fn on_cut<E: FromRuntimeError>(
         &mut self,
@@ -686,7 +689,7 @@ impl AttemptTimer {
 
     /// To be polled while the attempt is pending: ready with the [`Cut`]
     /// once the timer fired. An attempt that started without a timer gets
-    /// the chain's budget from its first `Pending` on.
+    /// the chain's `max_elapsed` from its first `Pending` on.
     pub fn poll_cut<R, P: Borrow<Policy>, S: Slot>(
         self: Pin<&mut Self>,
         attempts: &mut Attempts<R, P, S>,

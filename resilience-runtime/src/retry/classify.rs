@@ -4,7 +4,7 @@
 //! Retry, the circuit breaker, the fallback and the metrics all read the
 //! same [`Verdict`] of an error, so they cannot disagree: a `400` is not
 //! worth a second attempt and does not open a breaker either; a dependency
-//! that hangs until the chain's budget runs out is not retried again, and
+//! that hangs until the chain's `max_elapsed` runs out is not retried again, and
 //! is a failure for the breaker, the fallback and `dependency_errors_total`
 //! alike. [`Classify`] gives that verdict; [`Verdict::outcome`] is what the
 //! breaker makes of it.
@@ -19,7 +19,7 @@
 //! | SQLSTATE `40001`, `40P01` | [`Verdict::Transient`] | failure |
 //! | SQLSTATE `23503`, `23505` and every other code | [`Verdict::Permanent`] | success |
 //! | a per-attempt timeout ([`Error::AttemptTimeout`]) | [`Verdict::Transient`] | failure |
-//! | the retry budget or the caller's deadline spent with an attempt made ([`Error::BudgetExhausted`], [`Error::DeadlineExceeded`]) | [`Verdict::Fatal`] | failure |
+//! | the chain's `max_elapsed` or the caller's deadline passed with an attempt made ([`Error::MaxElapsedExceeded`], [`Error::DeadlineExceeded`]) | [`Verdict::Fatal`] | failure |
 //! | the caller's deadline passed before any attempt, an open breaker further in, a retry refused inside a transaction | [`Verdict::Ignored`] | ignored |
 //!
 //! A call the caller cancelled (its future dropped) has no verdict: it
@@ -38,7 +38,7 @@ pub enum Verdict {
     /// Worth another attempt, but not before this delay (a `Retry-After`).
     ///
     /// The executor waits `max(backoff, delay)`, and gives up at once when
-    /// that wait does not fit in the budget left.
+    /// that wait does not fit in the time the chain has left.
     RetryAfter(Duration),
     /// The dependency answered, and another attempt would get the same
     /// answer (a `404`, a unique violation): stop now.
@@ -100,9 +100,9 @@ impl Verdict {
 /// use resilience::{Classify, Error, Outcome};
 /// use std::time::Duration;
 ///
-/// // A hung dependency that spent the chain's budget is a failure, though
+/// // A hung dependency that used up the chain's max_elapsed is a failure, though
 /// // it is not retried.
-/// let hung = Error::budget_exhausted(Duration::from_secs(5), 2);
+/// let hung = Error::max_elapsed_exceeded(Duration::from_secs(5), 2);
 /// assert!(!hung.classify().is_retryable());
 /// assert_eq!(hung.outcome(), Outcome::Failure);
 /// ```
@@ -427,7 +427,7 @@ impl Classify for Error {
     fn classify(&self) -> Verdict {
         match self {
             Error::AttemptTimeout(_) => Verdict::Transient,
-            Error::BudgetExhausted { .. } => Verdict::Fatal,
+            Error::MaxElapsedExceeded { .. } => Verdict::Fatal,
             Error::DeadlineExceeded { attempts: 0, .. }
             | Error::DependencyDown(_)
             | Error::Overloaded(_)
@@ -442,7 +442,7 @@ impl Classify for Error {
         // chain's doing (no attempt failed).
         match self {
             Error::AttemptTimeout(_)
-            | Error::BudgetExhausted { .. }
+            | Error::MaxElapsedExceeded { .. }
             | Error::DeadlineExceeded { .. } => Some(Reason::Timeout),
             Error::DependencyDown(_) => Some(Reason::CircuitOpen),
             Error::Overloaded(_) => Some(Reason::Overloaded),
@@ -756,7 +756,7 @@ mod tests {
                 }
             }
         }
-        let hung = ClientError::Resilience(Error::budget_exhausted(Duration::from_secs(1), 1));
+        let hung = ClientError::Resilience(Error::max_elapsed_exceeded(Duration::from_secs(1), 1));
         assert_eq!(hung.outcome(), Outcome::Failure);
         assert_eq!(hung.reason(), Some(Reason::Network));
         assert_eq!(ClientError::Status(404).outcome(), Outcome::Success);
@@ -767,7 +767,7 @@ mod tests {
 
     #[test]
     fn an_io_error_made_from_the_runtime_error_classifies_as_it() {
-        let hung = io::Error::from(Error::budget_exhausted(Duration::from_secs(1), 1));
+        let hung = io::Error::from(Error::max_elapsed_exceeded(Duration::from_secs(1), 1));
         assert_eq!(hung.kind(), io::ErrorKind::TimedOut);
         assert_eq!(
             (hung.classify(), hung.outcome(), hung.reason()),
@@ -852,7 +852,7 @@ mod tests {
         // Spent with an attempt made: a failure that is not retried.
         for spent in [
             Error::deadline_exceeded(1),
-            Error::budget_exhausted(Duration::from_secs(5), 3),
+            Error::max_elapsed_exceeded(Duration::from_secs(5), 3),
         ] {
             assert_eq!(spent.classify(), Verdict::Fatal, "{spent}");
             assert_eq!(spent.outcome(), Outcome::Failure, "{spent}");

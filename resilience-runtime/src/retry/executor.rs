@@ -427,7 +427,7 @@ where
     }
 
     /// Keeps each failed attempt's error, so that a chain that then runs
-    /// out of time ([`Error::BudgetExhausted`](crate::Error::BudgetExhausted), [`Error::DeadlineExceeded`](crate::Error::DeadlineExceeded))
+    /// out of time ([`Error::MaxElapsedExceeded`](crate::Error::MaxElapsedExceeded), [`Error::DeadlineExceeded`](crate::Error::DeadlineExceeded))
     /// tells the caller what the dependency answered before it hung, as
     /// the error's `source()` and in its message. Costs one allocation per
     /// retried attempt; the attributes always do it for an error type that
@@ -455,7 +455,7 @@ where
     ///     .await
     ///     .unwrap_err();
     /// let runtime = err.get_ref().unwrap().downcast_ref::<Error>().unwrap();
-    /// assert!(matches!(runtime, Error::BudgetExhausted { attempts: 2, .. }));
+    /// assert!(matches!(runtime, Error::MaxElapsedExceeded { attempts: 2, .. }));
     /// assert_eq!(runtime.last().unwrap().to_string(), "connection refused");
     /// # }
     /// ```

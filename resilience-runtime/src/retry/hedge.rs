@@ -26,7 +26,7 @@
 //! - the whole call is bounded by the policy's `max_elapsed` and the
 //!   caller's [`deadline`](crate::deadline): when either passes, the
 //!   attempts in flight are dropped and the caller gets
-//!   [`Error::BudgetExhausted`](crate::Error::BudgetExhausted) or [`Error::DeadlineExceeded`](crate::Error::DeadlineExceeded);
+//!   [`Error::MaxElapsedExceeded`](crate::Error::MaxElapsedExceeded) or [`Error::DeadlineExceeded`](crate::Error::DeadlineExceeded);
 //! - when every attempt failed, the caller gets the last failure;
 //! - like a retry chain, a hedged call that runs inside another chain's
 //!   attempt makes one attempt and leaves the retrying to the outer chain

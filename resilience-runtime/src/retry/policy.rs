@@ -361,7 +361,7 @@ impl PolicyBuilder {
                     "attempt_timeout",
                     format!("{timeout:?}"),
                     format!(
-                        "not shorter than `max_elapsed = {:?}`: a timed-out first attempt uses the whole budget and the second attempt can never run; make the attempt timeout a fraction of the budget",
+                        "not shorter than `max_elapsed = {:?}`: a timed-out first attempt uses all of `max_elapsed` and the second attempt can never run; make the attempt timeout a fraction of `max_elapsed`",
                         self.max_elapsed
                     ),
                 ));

@@ -201,7 +201,7 @@ fn into_status(error: BoxError) -> BoxError {
     };
     let code = match runtime {
         Error::DeadlineExceeded { .. }
-        | Error::BudgetExhausted { .. }
+        | Error::MaxElapsedExceeded { .. }
         | Error::AttemptTimeout(_) => tonic::Code::DeadlineExceeded,
         _ => tonic::Code::Unavailable,
     };
