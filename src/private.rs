@@ -170,7 +170,11 @@ impl RetrySite {
                 _ => self.name,
             };
             let registry = registry::global();
-            let mut policy = registry.policy(name, self.defaults);
+            let mut policy = if name == self.name {
+                registry.policy(name, self.defaults)
+            } else {
+                registry.method_policy(self.name, name, self.defaults)
+            };
             if let Some(budget) = self.budget.or(self.target) {
                 policy = policy.with_budget(registry.budget(budget));
             }

@@ -281,8 +281,46 @@ pub struct DependencyDown {
     breaker: &'static str,
     state: &'static str,
     /// When the breaker lets a probe through: the end of its cooldown, as
-    /// known when it rejected the call.
-    reopens_at: Option<tokio::time::Instant>,
+    /// known when it rejected the call, in nanoseconds from [`EPOCH`];
+    /// [`NOT_KNOWN`] when none was.
+    ///
+    /// One integer rather than an `Option<Instant>`: at 40 bytes the
+    /// rejection leaves [`Error`]'s tag in front of its fields, where the
+    /// optimizer sees through a caller's `is_ok()` (with the 48 bytes of an
+    /// `Option<Instant>`, the tag moves into an `Instant`'s spare values and
+    /// every call through a breaker copied its result around; see
+    /// BENCHMARKS.md, circuit breaker).
+    reopens: i64,
+}
+
+/// What [`DependencyDown::reopens`] counts from: one instant for the
+/// process, fixed the first time a cooldown end is recorded.
+static EPOCH: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+
+const NOT_KNOWN: i64 = i64::MIN;
+
+/// `at` in nanoseconds from [`EPOCH`] (negative before it: a paused tokio
+/// clock can be behind the epoch), saturating ±292 years out.
+pub(crate) fn nanos_from_epoch(at: tokio::time::Instant) -> i64 {
+    let epoch = *EPOCH.get_or_init(std::time::Instant::now);
+    let at = at.into_std();
+    let nanos = |d: Duration| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX);
+    match at.checked_duration_since(epoch) {
+        Some(after) => nanos(after),
+        None => -nanos(epoch.saturating_duration_since(at)),
+    }
+}
+
+/// The instant `nanos` from [`EPOCH`], when it can be represented.
+fn instant_from_epoch(nanos: i64) -> Option<tokio::time::Instant> {
+    let epoch = *EPOCH.get()?;
+    let offset = Duration::from_nanos(nanos.unsigned_abs());
+    let at = if nanos >= 0 {
+        epoch.checked_add(offset)
+    } else {
+        epoch.checked_sub(offset)
+    }?;
+    Some(tokio::time::Instant::from_std(at))
 }
 
 impl DependencyDown {
@@ -293,7 +331,7 @@ impl DependencyDown {
         Self {
             breaker,
             state,
-            reopens_at: None,
+            reopens: NOT_KNOWN,
         }
     }
 
@@ -312,8 +350,20 @@ impl DependencyDown {
     /// assert_eq!(down.retry_after(), Some(Duration::from_secs(20)));
     /// # }
     /// ```
-    pub const fn reopening_at(mut self, at: tokio::time::Instant) -> Self {
-        self.reopens_at = Some(at);
+    pub fn reopening_at(self, at: tokio::time::Instant) -> Self {
+        self.reopening_from_epoch(nanos_from_epoch(at))
+    }
+
+    /// The same rejection by a breaker open until `nanos` from the epoch
+    /// (see [`nanos_from_epoch`]): a rejection's whole cost is this store.
+    #[inline]
+    pub(crate) const fn reopening_from_epoch(mut self, nanos: i64) -> Self {
+        // `NOT_KNOWN` is 292 years before the epoch: no cooldown ends then.
+        self.reopens = if nanos == NOT_KNOWN {
+            NOT_KNOWN + 1
+        } else {
+            nanos
+        };
         self
     }
 
@@ -352,8 +402,11 @@ impl DependencyDown {
     /// # Ok(()) }
     /// ```
     pub fn retry_after(&self) -> Option<Duration> {
-        self.reopens_at
-            .map(|at| at.saturating_duration_since(tokio::time::Instant::now()))
+        if self.reopens == NOT_KNOWN {
+            return None;
+        }
+        let at = instant_from_epoch(self.reopens)?;
+        Some(at.saturating_duration_since(tokio::time::Instant::now()))
     }
 }
 

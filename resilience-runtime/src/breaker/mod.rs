@@ -302,6 +302,9 @@ struct Inner {
     /// window.
     last_calls: Option<Box<LastCalls>>,
     origin: Instant,
+    /// `origin` in nanoseconds from the epoch rejections count from, so
+    /// that a rejection's end of cooldown is an add.
+    origin_from_epoch: i64,
     hooks: RwLock<Vec<Hook>>,
     /// What the breaker shares with its sync task, when shared.
     #[cfg(all(feature = "breaker-redis", not(loom)))]
@@ -403,6 +406,7 @@ impl CircuitBreaker {
         if member.is_none() {
             telemetry::breaker_created(labels, State::Closed);
         }
+        let origin = Instant::now();
         CircuitBreaker {
             inner: Arc::new(Inner {
                 state: Padded(AtomicU64::new(Word::new(CLOSED, false, 0, NO_TICKER).0)),
@@ -417,7 +421,8 @@ impl CircuitBreaker {
                     Window::Count(n) => Some(Box::new(LastCalls::new(n))),
                     Window::Time(_) => None,
                 },
-                origin: Instant::now(),
+                origin,
+                origin_from_epoch: crate::error::nanos_from_epoch(origin),
                 hooks: RwLock::new(Vec::new()),
                 #[cfg(all(feature = "breaker-redis", not(loom)))]
                 shared: config
@@ -566,8 +571,9 @@ impl CircuitBreaker {
         if word.kind() == OPEN && !word.forced() {
             // The end of the cooldown, for `DependencyDown::retry_after`:
             // a load and an add, no clock read.
-            let until = Duration::from_nanos(self.inner.open_until.load(Acquire));
-            return down.reopening_at(self.inner.origin + until);
+            let until = self.inner.open_until.load(Acquire);
+            let until = i64::try_from(until).unwrap_or(i64::MAX);
+            return down.reopening_from_epoch(self.inner.origin_from_epoch.saturating_add(until));
         }
         down
     }
@@ -1166,7 +1172,11 @@ fn settle(breaker: &CircuitBreaker, packed: u64, started: u64, failed: bool) {
     // (its generation still the one that admitted the call) and one
     // stripe store.
     if packed & !GENERATION == 0 && !failed {
-        if breaker.inner.generation() == packed as u32 {
+        // Relaxed: the generation gates the count and publishes nothing to
+        // read; and an acquire load here, after the call's result is
+        // written, would keep the optimizer from seeing through it (24
+        // instructions per call through `CircuitBreaker::call`).
+        if Word(breaker.inner.state.load(Relaxed)).generation() == packed as u32 {
             breaker.inner.window.add_success();
         }
         return;

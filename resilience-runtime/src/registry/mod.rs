@@ -68,7 +68,12 @@
 //! the nearest name when there is one: `[retry.user]` for a breaker
 //! `user` whose policy is `user.get` is an error, not a setting silently
 //! not in force. A `#[retry]` without `name` is `module::fn`, or
-//! `module::Type::fn` in an impl. A `[budgets.<name>]` section must be
+//! `module::Type::fn` in an impl. An attribute sees its fn but not the
+//! impl around it, so for a method `install` checks the module and the fn,
+//! and the method's first call checks the type: a section whose type is a
+//! near miss of the method's (`Userz` for `Users`), when the method has no
+//! section of its own, is logged at ERROR with the name to use. A
+//! `[budgets.<name>]` section must be
 //! the budget some `#[retry]` draws on (its `budget = ".."`, or the name of
 //! its `#[circuit_breaker]`). Names used only by hand are declared in
 //! the builder ([`RegistryBuilder::breaker`], [`RegistryBuilder::policy`],
@@ -655,6 +660,46 @@ impl Registry {
     /// code's policy for that name over `defaults`.
     pub fn policy(&self, name: &str, defaults: PolicyBuilder) -> Policy {
         self.policy_in(&self.read(), name, defaults)
+    }
+
+    /// The policy of a method's `#[retry]` site, listed as `module::fn`
+    /// (`listed`) and named `name` (`module::Type::fn`) now that it runs.
+    ///
+    /// The type of a method's impl is not known before its first call, so
+    /// `install()` can only check a `[retry."module::Type::fn"]` section's
+    /// module and fn. Here the type is known: a section of the same module
+    /// and fn whose type is a near miss of this one (`Userz` for `Users`),
+    /// while this name has no section of its own, is a misspelling that
+    /// would configure nothing, and is reported with the name to use.
+    #[doc(hidden)]
+    pub fn method_policy(&self, listed: &str, name: &str, defaults: PolicyBuilder) -> Policy {
+        if let Some(section) = self.misspelt_method_section(listed, name) {
+            tracing::error!(
+                section = %format!("[retry.{}]", toml_key(section)),
+                method = name,
+                "the configuration file's section `[retry.{}]` configures nothing: no method of that type has a `#[retry]`, and `{name}` runs with its attribute's values; did you mean `[retry.{}]`?",
+                toml_key(section),
+                toml_key(name),
+            );
+        }
+        self.policy(name, defaults)
+    }
+
+    /// A `[retry."module::Type::fn"]` section of `listed`'s module and fn
+    /// whose type is near `name`'s, when `name` has no section.
+    fn misspelt_method_section(&self, listed: &str, name: &str) -> Option<&str> {
+        let names: Vec<&str> = self.file.retry_names().collect();
+        if names.contains(&name) {
+            return None;
+        }
+        let ty = |full: &str| full.rsplit("::").nth(1).map(str::to_owned);
+        let own = ty(name)?;
+        names.into_iter().find(|section| {
+            method_section(section) == Some(listed)
+                && ty(section).is_some_and(|other| {
+                    other != own && did_you_mean(&other, [own.as_str()]).is_some()
+                })
+        })
     }
 
     /// [`policy`](Self::policy), under the read lock the caller holds.
