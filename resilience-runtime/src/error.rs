@@ -650,3 +650,27 @@ impl fmt::Display for ConfigError {
 }
 
 impl std::error::Error for ConfigError {}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    /// A rejection's end of cooldown survives the trip through the epoch
+    /// on both sides of it (a paused tokio clock can be behind the epoch),
+    /// to the nanosecond.
+    #[test]
+    fn a_cooldown_end_round_trips_through_the_epoch() {
+        let epoch = *EPOCH.get_or_init(std::time::Instant::now);
+        let second = Duration::from_secs(1);
+        let mut instants = vec![epoch, epoch + second + Duration::from_nanos(7)];
+        instants.extend(epoch.checked_sub(second));
+        for at in instants {
+            let at = tokio::time::Instant::from_std(at);
+            let nanos = nanos_from_epoch(at);
+            assert_eq!(instant_from_epoch(nanos), Some(at));
+            let down = DependencyDown::new("users", "open").reopening_at(at);
+            assert_eq!(down.reopens, nanos);
+        }
+        assert_eq!(DependencyDown::new("users", "open").retry_after(), None);
+    }
+}
