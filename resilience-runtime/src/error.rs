@@ -270,8 +270,8 @@ impl Eq for Cause {}
 /// Carries the breaker's name so that the caller's logs say which
 /// dependency is down, and, when the breaker was open on its cooldown, the
 /// instant that cooldown ends ([`retry_after`](Self::retry_after)). It is
-/// never a success in disguise (the guide's rules on [circuit breaker](crate::guide#circuit-breaker)): callers
-/// either surface it or choose an explicit, marked fallback.
+/// never a success in disguise: callers either surface it or choose an
+/// explicit, marked fallback (see the [guide](crate::guide#circuit-breaker)).
 ///
 /// Two rejections are equal when they name the same breaker and state;
 /// the end of the cooldown is left out of the comparison and of `Debug`.

@@ -98,7 +98,8 @@ impl Sharing {
 }
 
 /// When a [`CircuitBreaker`](super::CircuitBreaker) trips, how long it
-/// stays open and how it probes (the guide's rules on [circuit breaker](crate::guide#circuit-breaker)).
+/// stays open and how it probes; the defaults are the
+/// [guide's](crate::guide#circuit-breaker).
 ///
 /// The breaker trips (closed → open) when, inside the window, there were
 /// at least `min` calls AND failures are at least `ratio` of them. It
@@ -154,10 +155,11 @@ impl Default for BreakerConfig {
 /// The number of buckets a window is made of.
 pub(crate) const BUCKETS: usize = 10;
 
-/// The most calls `min` and `window_calls` may ask for: a breaker that
-/// needs more calls than that to judge a dependency reacts after it has
-/// sent them all.
-const MAX_CALLS: u32 = 1_000_000;
+// The most calls `min` and `window_calls` may ask for (a breaker that needs
+// more calls than that to judge a dependency reacts after it has sent them
+// all), the most probes, and the floors of the window and the timeouts: one
+// definition, shared with the attributes' checks.
+use resilience_rules::limits::{MAX_CALLS, MAX_PROBES, MIN_BREAKER_TIMEOUT, MIN_WINDOW};
 
 impl BreakerConfig {
     /// The [guide's](crate::guide#circuit-breaker) defaults: min 20, ratio 0.5, window 60 s, cooldown 30 s,
@@ -372,7 +374,7 @@ impl BreakerConfig {
             ));
         }
         match self.window {
-            Window::Time(window) if window < Duration::from_millis(10) => {
+            Window::Time(window) if window < MIN_WINDOW => {
                 return Err(ConfigError::new(
                     WHAT,
                     "window",
@@ -401,7 +403,7 @@ impl BreakerConfig {
             }
             _ => {}
         }
-        if self.cooldown < Duration::from_millis(1) {
+        if self.cooldown < MIN_BREAKER_TIMEOUT {
             return Err(ConfigError::new(
                 WHAT,
                 "cooldown",
@@ -409,7 +411,7 @@ impl BreakerConfig {
                 "an open breaker needs a cooldown of at least 1ms before it probes; the default is 30s",
             ));
         }
-        if self.probe_timeout < Duration::from_millis(1) {
+        if self.probe_timeout < MIN_BREAKER_TIMEOUT {
             return Err(ConfigError::new(
                 WHAT,
                 "probe_timeout",
@@ -417,7 +419,7 @@ impl BreakerConfig {
                 "a probe needs at least 1ms to answer; the default is 5s",
             ));
         }
-        if self.call_timeout < Duration::from_millis(1) {
+        if self.call_timeout < MIN_BREAKER_TIMEOUT {
             return Err(ConfigError::new(
                 WHAT,
                 "call_timeout",
@@ -433,7 +435,7 @@ impl BreakerConfig {
                 "half-open needs at least one probe, or the breaker could never close again",
             ));
         }
-        if self.half_open > u32::from(u16::MAX) {
+        if self.half_open > MAX_PROBES {
             // The probe counter is 16 bits: more probes could never all
             // succeed and the breaker would stay half-open for good.
             return Err(ConfigError::new(

@@ -17,10 +17,11 @@ use crate::telemetry::{self, Labels};
 
 /// The most members a family may be given: 1,000,000 (about 1 GiB of
 /// breakers).
-pub const MAX_MEMBERS: u32 = 1_000_000;
+pub const MAX_MEMBERS: u32 = resilience_rules::limits::MAX_MEMBERS;
 
-/// The longest `idle`: one day.
-const MAX_IDLE: Duration = Duration::from_secs(24 * 3600);
+// The shortest and the longest `idle`: a second, a day (shared with the
+// attributes' checks).
+use resilience_rules::limits::{MAX_IDLE, MIN_IDLE};
 
 /// The key of the overflow breaker in logs and [`CircuitBreaker::key`].
 const OVERFLOW: &str = "(overflow)";
@@ -122,7 +123,7 @@ impl FamilyConfig {
                 "a family holds 1 to 1000000 members (each about 1 KiB); the default is 1000",
             ));
         }
-        if self.idle < Duration::from_secs(1) || self.idle > MAX_IDLE {
+        if self.idle < MIN_IDLE || self.idle > MAX_IDLE {
             return Err(ConfigError::new(
                 WHAT,
                 "idle",

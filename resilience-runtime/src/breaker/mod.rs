@@ -1,4 +1,5 @@
-//! Circuit breakers: stop calling a dependency that is down (the guide's rules on [circuit breaker](crate::guide#circuit-breaker)).
+//! Circuit breakers: stop calling a dependency that is down, after the
+//! [guide's rules](crate::guide#circuit-breaker).
 //!
 //! A [`CircuitBreaker`] counts the outcomes of the calls it protects in a
 //! sliding window. When, inside the window, at least `min` calls were made

@@ -3,7 +3,8 @@
 
 use std::fmt;
 
-/// The state of a circuit breaker (the guide's rules on [circuit breaker](crate::guide#circuit-breaker)).
+/// The state of a circuit breaker, as the [guide](crate::guide#circuit-breaker)
+/// describes its three states.
 ///
 /// The private state machine carries more (the generation of each state,
 /// the probes in flight, whether an operator forced it); this is what
@@ -29,8 +30,8 @@ impl State {
         }
     }
 
-    /// The value of the `circuit_breaker_state` gauge (the guide's rules on [metrics](crate::guide#metrics-and-alerts)): 0 closed,
-    /// 1 half-open, 2 open.
+    /// The value of the `circuit_breaker_state` gauge: 0 closed, 1
+    /// half-open, 2 open (the guide's [metric table](crate::guide#metrics-and-alerts)).
     pub const fn as_gauge(self) -> u8 {
         match self {
             State::Closed => 0,
