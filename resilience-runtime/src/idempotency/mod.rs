@@ -48,6 +48,28 @@ pub const MAX_KEY_LEN: usize = 255;
 /// assert!(IdempotencyKey::from_string("two words").is_err());
 /// # Ok::<(), resilience::ConfigError>(())
 /// ```
+///
+/// # Storing a key
+///
+/// With the `serde` feature, a key is `Serialize` and `Deserialize` as its
+/// text, so it can travel with an outbox row or a queued job and be sent
+/// again later, by another process, as the same key. Reading one back
+/// checks it as [`from_string`](Self::from_string) does: a stored key that
+/// is not one is an error naming the value, never a panic.
+///
+#[cfg_attr(feature = "serde", doc = "```")]
+#[cfg_attr(not(feature = "serde"), doc = "```ignore")]
+/// use resilience::IdempotencyKey;
+///
+/// let key = IdempotencyKey::from_string("order-42-payment")?;
+/// let row = serde_json::to_string(&key)?;
+/// assert_eq!(row, r#""order-42-payment""#);
+/// assert_eq!(serde_json::from_str::<IdempotencyKey>(&row)?, key);
+///
+/// let err = serde_json::from_str::<IdempotencyKey>(r#""two words""#).unwrap_err();
+/// assert!(err.to_string().contains(r#""two words""#), "{err}");
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Clone, PartialEq, Eq, Hash)]
 pub struct IdempotencyKey(Arc<str>);
 
@@ -254,6 +276,40 @@ impl fmt::Debug for IdempotencyKey {
     }
 }
 
+/// The key as its text (the `serde` feature).
+#[cfg(feature = "serde")]
+impl serde::Serialize for IdempotencyKey {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.as_str())
+    }
+}
+
+/// The key from its text, checked as [`IdempotencyKey::from_string`]
+/// checks it (the `serde` feature).
+#[cfg(feature = "serde")]
+impl<'de> serde::Deserialize<'de> for IdempotencyKey {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Key;
+
+        impl serde::de::Visitor<'_> for Key {
+            type Value = IdempotencyKey;
+
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                write!(
+                    f,
+                    "an idempotency key: a string of 1 to {MAX_KEY_LEN} visible ASCII characters"
+                )
+            }
+
+            fn visit_str<E: serde::de::Error>(self, key: &str) -> Result<IdempotencyKey, E> {
+                IdempotencyKey::from_string(key).map_err(E::custom)
+            }
+        }
+
+        deserializer.deserialize_str(Key)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -315,5 +371,53 @@ mod tests {
             let err = IdempotencyKey::from_header(bad).unwrap_err();
             assert!(err.value().contains("\""), "{bad:?}: {err}");
         }
+    }
+
+    #[cfg(feature = "serde")]
+    #[test]
+    fn a_key_round_trips_through_serde_as_its_text() {
+        for key in [
+            IdempotencyKey::new(),
+            IdempotencyKey::from_string("order-42-payment").unwrap(),
+            IdempotencyKey::from_string(r#"a"b\c"#).unwrap(),
+            IdempotencyKey::from_string("x".repeat(MAX_KEY_LEN)).unwrap(),
+        ] {
+            let text = serde_json::to_string(&key).unwrap();
+            assert_eq!(text, serde_json::to_string(key.as_str()).unwrap());
+            assert_eq!(serde_json::from_str::<IdempotencyKey>(&text).unwrap(), key);
+        }
+        // Inside a stored row, as an outbox keeps it.
+        #[derive(serde::Serialize, serde::Deserialize, PartialEq, Debug)]
+        struct Job {
+            key: IdempotencyKey,
+            cents: u64,
+        }
+        let job = Job {
+            key: IdempotencyKey::new(),
+            cents: 4200,
+        };
+        let row = serde_json::to_string(&job).unwrap();
+        assert_eq!(serde_json::from_str::<Job>(&row).unwrap(), job);
+    }
+
+    #[cfg(feature = "serde")]
+    #[test]
+    fn a_stored_key_that_is_not_one_is_refused_with_its_value() {
+        for (bad, shown) in [
+            (r#""""#, r#""""#),
+            (r#""two words""#, r#""two words""#),
+            (r#""été""#, r#""été""#),
+        ] {
+            let err = serde_json::from_str::<IdempotencyKey>(bad).unwrap_err();
+            let text = err.to_string();
+            assert!(text.contains("idempotency key"), "{bad}: {text}");
+            assert!(text.contains(shown), "{bad}: {text}");
+        }
+        let long = serde_json::to_string(&"x".repeat(MAX_KEY_LEN + 1)).unwrap();
+        let err = serde_json::from_str::<IdempotencyKey>(&long).unwrap_err();
+        assert!(err.to_string().contains("256 bytes"), "{err}");
+        // Not a string at all: serde's own error, saying what was expected.
+        let err = serde_json::from_str::<IdempotencyKey>("42").unwrap_err();
+        assert!(err.to_string().contains("an idempotency key"), "{err}");
     }
 }
