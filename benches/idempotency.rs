@@ -10,7 +10,7 @@ use std::hint::black_box;
 use axum::body::Body;
 use axum::http::{Method, Request, Response, StatusCode};
 use criterion::{Criterion, criterion_group, criterion_main};
-use resilience::idempotency::server::{IdempotencyLayer, MemoryStore};
+use resilience::idempotency::server::{IdempotencyLayer, MemoryStore, Scope};
 use tower::{Layer, Service, service_fn};
 
 mod common;
@@ -32,7 +32,8 @@ fn layer_paths(c: &mut Criterion) {
         *response.status_mut() = StatusCode::CREATED;
         Ok::<_, Infallible>(response)
     });
-    let mut guarded = IdempotencyLayer::new(MemoryStore::default()).layer(service);
+    let mut guarded =
+        IdempotencyLayer::new(MemoryStore::default(), Scope::unscoped()).layer(service);
     let created = poll_once(guarded.call(request(Method::POST, Some("order-42")))).unwrap();
     assert_eq!(created.status(), StatusCode::CREATED);
 

@@ -37,7 +37,7 @@ use axum::Router;
 use axum::body::Bytes;
 use axum::http::{StatusCode, header};
 use axum::routing::post;
-use resilience::idempotency::server::{IdempotencyLayer, MemoryStore, RedisStore};
+use resilience::idempotency::server::{IdempotencyLayer, MemoryStore, RedisStore, Scope};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::runtime::Runtime;
@@ -386,26 +386,26 @@ fn main() {
         (
             "memory store, fresh key",
             Keys::Fresh,
-            handler().layer(IdempotencyLayer::new(memory())),
+            handler().layer(IdempotencyLayer::new(memory(), Scope::unscoped())),
         ),
     ];
     if let Some(store) = &redis_store {
         rows.push((
             "Redis store, fresh key",
             Keys::Fresh,
-            handler().layer(IdempotencyLayer::new(store.clone())),
+            handler().layer(IdempotencyLayer::new(store.clone(), Scope::unscoped())),
         ));
     }
     rows.push((
         "memory store, replay",
         Keys::Replay,
-        handler().layer(IdempotencyLayer::new(memory())),
+        handler().layer(IdempotencyLayer::new(memory(), Scope::unscoped())),
     ));
     if let Some(store) = &redis_store {
         rows.push((
             "Redis store, replay",
             Keys::Replay,
-            handler().layer(IdempotencyLayer::new(store.clone())),
+            handler().layer(IdempotencyLayer::new(store.clone(), Scope::unscoped())),
         ));
     }
 
@@ -454,7 +454,10 @@ fn main() {
     };
     // One connection, one request at a time, so that the window holds
     // these requests' commands only.
-    let addr = serve(&server, handler().layer(IdempotencyLayer::new(store)));
+    let addr = serve(
+        &server,
+        handler().layer(IdempotencyLayer::new(store, Scope::unscoped())),
+    );
     const REQUESTS: usize = 1000;
     let send = |key: &dyn Fn(usize) -> String| {
         client.block_on(async {

@@ -21,7 +21,7 @@ use chaos_common::{
 };
 use resilience::breaker::{BreakerConfig, CircuitBreaker, State};
 use resilience::http::{HttpError, ResponseExt};
-use resilience::idempotency::server::{IdempotencyLayer, MemoryStore};
+use resilience::idempotency::server::{IdempotencyLayer, MemoryStore, Scope};
 use resilience::retry::Policy;
 use resilience::{circuit_breaker, registry, retry};
 use resilience_chaos::{Proxy, Toxic};
@@ -44,6 +44,7 @@ async fn exactly_once_under_network_faults_memory_store() {
     let posts = if soak() { 10_000 } else { 1_000 };
     let server = PaymentServer::start(IdempotencyLayer::new(
         MemoryStore::new(4 * posts).expect("capacity"),
+        Scope::unscoped(),
     ))
     .await;
     let runs = exactly_once_runs("memory", &server, posts).await;

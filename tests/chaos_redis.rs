@@ -30,7 +30,7 @@ use chaos_common::{
 };
 use resilience::IdempotencyKey;
 use resilience::http::RequestBuilderExt;
-use resilience::idempotency::server::{IdempotencyConfig, IdempotencyLayer, RedisStore};
+use resilience::idempotency::server::{IdempotencyConfig, IdempotencyLayer, RedisStore, Scope};
 
 fn redis_url() -> String {
     std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379/".into())
@@ -96,7 +96,7 @@ async fn exactly_once_under_network_faults_redis_store() {
         .await
         .expect("Redis must be reachable at REDIS_URL (default redis://127.0.0.1:6379/)")
         .with_prefix(prefix.prefix.as_str());
-    let server = PaymentServer::start(IdempotencyLayer::new(store)).await;
+    let server = PaymentServer::start(IdempotencyLayer::new(store, Scope::unscoped())).await;
     let runs = exactly_once_runs("redis", &server, posts).await;
     let stored = prefix.delete();
     println!("  {stored} Redis keys under {} deleted", prefix.prefix);
@@ -170,7 +170,12 @@ async fn outage_run(outage: Outage, length: Duration) -> OutageFigures {
         .expect("connect to the private redis-server");
     let config = IdempotencyConfig::default();
     let store_timeout = config.store_timeout();
-    let server = PaymentServer::start(IdempotencyLayer::with_config(store, config)).await;
+    let server = PaymentServer::start(IdempotencyLayer::with_config(
+        store,
+        Scope::unscoped(),
+        config,
+    ))
+    .await;
     let url: Arc<str> = format!("http://{}{PAYMENTS}", server.addr()).into();
     let client = reqwest::Client::builder()
         .timeout(Duration::from_secs(60))

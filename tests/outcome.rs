@@ -338,7 +338,7 @@ async fn an_unreachable_host_is_retried() {
 /// A server of our own idempotency layer whose handler takes 1.5 s.
 async fn slow_payments() -> (String, Arc<AtomicU32>) {
     use axum::routing::post;
-    use resilience::idempotency::server::{IdempotencyLayer, MemoryStore};
+    use resilience::idempotency::server::{IdempotencyLayer, MemoryStore, Scope};
 
     let applied = Arc::new(AtomicU32::new(0));
     let handler_applied = applied.clone();
@@ -354,7 +354,10 @@ async fn slow_payments() -> (String, Arc<AtomicU32>) {
                 }
             }),
         )
-        .layer(IdempotencyLayer::new(MemoryStore::default()));
+        .layer(IdempotencyLayer::new(
+            MemoryStore::default(),
+            Scope::unscoped(),
+        ));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}/payments", listener.local_addr().unwrap());
     tokio::spawn(async move { axum::serve(listener, app).await });

@@ -39,7 +39,7 @@ use axum::http::{HeaderValue, Method, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::Response;
 use axum::routing::post;
-use resilience::idempotency::server::{IdempotencyLayer, MemoryStore};
+use resilience::idempotency::server::{IdempotencyLayer, MemoryStore, Scope};
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
@@ -137,7 +137,16 @@ impl FaultServer {
         let app = Router::new()
             .route(
                 PAYMENTS,
-                post(create_payment).layer(IdempotencyLayer::new(MemoryStore::default())),
+                post(create_payment)
+                    // Each caller's keys are its own: scoped by the principal
+                    // `authenticate` found (layers added later run first).
+                    .layer(IdempotencyLayer::new(
+                        MemoryStore::default(),
+                        Scope::from_fn(|request| {
+                            request.extensions.get::<Caller>().map(|c| c.0.clone())
+                        }),
+                    ))
+                    .layer(axum::middleware::from_fn(authenticate)),
             )
             .fallback(serve_route)
             .layer(axum::middleware::from_fn_with_state(inner.clone(), play))
@@ -317,6 +326,25 @@ async fn serve_route(State(inner): State<Shared>, request: Request) -> Response 
 
 /// Runs once per new `Idempotency-Key`: the idempotency layer in front of
 /// it answers the repeats.
+/// The authenticated principal, as an authentication layer would put it in
+/// a request's extensions.
+#[derive(Debug, Clone)]
+struct Caller(String);
+
+/// The demo's stand-in for authentication: the caller is named by its
+/// `Authorization` header; the demo's clients send none and are all one
+/// caller, `demo`. A real service refuses an unauthenticated request here.
+async fn authenticate(mut request: Request, next: Next) -> Response {
+    let caller = request
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|value| value.to_str().ok())
+        .unwrap_or("demo")
+        .to_owned();
+    request.extensions_mut().insert(Caller(caller));
+    next.run(request).await
+}
+
 async fn create_payment(State(inner): State<Shared>) -> Response {
     let id = {
         let mut inner = lock(&inner);

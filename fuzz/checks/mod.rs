@@ -188,7 +188,11 @@ pub fn idempotency_key(data: &[u8]) {
         })
     };
     let store = resilience::idempotency::server::MemoryStore::default();
-    let layer = resilience::idempotency::server::IdempotencyLayer::new(store);
+    // One caller: the check is about the key, not whose it is.
+    let layer = resilience::idempotency::server::IdempotencyLayer::new(
+        store,
+        resilience::idempotency::server::Scope::unscoped(),
+    );
     let mut service = tower::Layer::layer(&layer, handler);
     let request = Request::builder()
         .method(Method::POST)

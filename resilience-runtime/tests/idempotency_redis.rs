@@ -26,7 +26,7 @@ use redis::Commands;
 use resilience_runtime::IdempotencyKey;
 use resilience_runtime::idempotency::server::{
     Begin, EffectNotApplied, Entry, Fingerprint, IdempotencyConfig, IdempotencyLayer,
-    IdempotencyStore, Lease, Outcome, RedisStore, StoreError, StoredResponse,
+    IdempotencyStore, Lease, Outcome, RedisStore, Scope, StoreError, StoredResponse,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -218,7 +218,7 @@ async fn redis_backed_layer_runs_a_payment_once_and_replays_it() {
             }),
         )
         .with_state(Arc::clone(&calls))
-        .layer(IdempotencyLayer::new(s.store.clone()));
+        .layer(IdempotencyLayer::new(s.store.clone(), Scope::unscoped()));
     let send = |path: &'static str, key: &'static str, body: &'static str| {
         send_to(app.clone(), path, key, body)
     };
@@ -388,7 +388,11 @@ impl Payments {
         let app = Router::new()
             .route("/pay", post(pay))
             .route("/commit", post(commit))
-            .layer(IdempotencyLayer::with_config(store, config));
+            .layer(IdempotencyLayer::with_config(
+                store,
+                Scope::unscoped(),
+                config,
+            ));
         Self {
             app,
             applied,
@@ -776,4 +780,75 @@ async fn redis_backed_layer_runs_the_retry_of_a_crashed_holder_once_its_lock_ttl
     assert_eq!(p.applied(), 1);
     assert_eq!(p.started.try_recv(), Ok(()));
     assert!(p.started.try_recv().is_err(), "the handler started once");
+}
+
+/// `(status, replayed, body)` of a `POST /payments` with `key` and `{}` as
+/// the caller `authorization` names.
+async fn send_as(app: Router, authorization: &str, key: &str) -> (StatusCode, bool, String) {
+    let request = Request::post("/payments")
+        .header("Idempotency-Key", key)
+        .header(header::AUTHORIZATION, authorization)
+        .body(Body::from("{}"))
+        .unwrap();
+    let response = app.oneshot(request).await.unwrap();
+    let replayed = response.headers().contains_key("x-idempotency-replay");
+    let status = response.status();
+    let body = response.into_body().collect().await.unwrap().to_bytes();
+    (status, replayed, String::from_utf8(body.to_vec()).unwrap())
+}
+
+#[tokio::test]
+#[ignore = "needs Redis at REDIS_URL (default redis://127.0.0.1:6379/)"]
+async fn redis_backed_layer_runs_another_callers_key_for_its_sender_never_replays_their_response() {
+    let s = Scoped::new("scope").await;
+    let calls = Arc::new(AtomicUsize::new(0));
+    let app = Router::new()
+        .route(
+            "/payments",
+            post(
+                |State(calls): State<Arc<AtomicUsize>>, headers: HeaderMap| async move {
+                    let n = calls.fetch_add(1, Ordering::SeqCst) + 1;
+                    let caller = headers[header::AUTHORIZATION].to_str().unwrap().to_owned();
+                    (StatusCode::CREATED, format!("receipt {n} for {caller}"))
+                },
+            ),
+        )
+        .with_state(Arc::clone(&calls))
+        .layer(IdempotencyLayer::new(
+            s.store.clone(),
+            Scope::header(header::AUTHORIZATION),
+        ));
+    let send = |who: &'static str| send_as(app.clone(), who, "order-42");
+    let created = |n: u32, who: &str, replayed: bool| {
+        (
+            StatusCode::CREATED,
+            replayed,
+            format!("receipt {n} for {who}"),
+        )
+    };
+
+    assert_eq!(
+        send("Bearer alice").await,
+        created(1, "Bearer alice", false)
+    );
+    // Bob sends Alice's key, path and body: his own payment, not her receipt.
+    assert_eq!(send("Bearer bob").await, created(2, "Bearer bob", false));
+    assert_eq!(calls.load(Ordering::SeqCst), 2);
+    // Each caller's retry is replayed its own response.
+    assert_eq!(send("Bearer alice").await, created(1, "Bearer alice", true));
+    assert_eq!(send("Bearer bob").await, created(2, "Bearer bob", true));
+    assert_eq!(calls.load(Ordering::SeqCst), 2);
+
+    // Two Redis keys, one per caller, neither holding the credential.
+    let mut keys = s.keys();
+    keys.sort();
+    assert_eq!(keys.len(), 2, "{keys:?}");
+    for k in &keys {
+        let own = k.strip_prefix(&s.prefix).unwrap();
+        assert!(own.ends_with(":order-42") && own.len() == 33 + 8, "{k}");
+        assert!(
+            !k.contains("alice") && !k.contains("bob") && !k.contains("Bearer"),
+            "{k}"
+        );
+    }
 }

@@ -18,7 +18,7 @@ use http_body_util::BodyExt;
 use resilience_runtime::IdempotencyKey;
 use resilience_runtime::idempotency::server::{
     Begin, EffectNotApplied, Entry, Fingerprint, IdempotencyConfig, IdempotencyLayer,
-    IdempotencyStore, Lease, MemoryStore, Outcome, StoreError,
+    IdempotencyStore, Lease, MemoryStore, Outcome, Scope, StoreError,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -99,7 +99,11 @@ impl Harness {
             .route("/big", post(big))
             .route("/broken", post(broken))
             .with_state(handlers.clone())
-            .layer(IdempotencyLayer::with_config(layer_store, config));
+            .layer(IdempotencyLayer::with_config(
+                layer_store,
+                Scope::unscoped(),
+                config,
+            ));
         Self {
             app,
             store,
@@ -1015,4 +1019,167 @@ async fn a_client_resetting_its_connection_mid_handler_gets_the_replay_not_a_sec
     assert!(replay.ends_with("paid 1"), "{replay}");
     assert_eq!(h.calls(), 1, "applied once");
     assert!(h.started.try_recv().is_err(), "the handler started once");
+}
+
+/// (status, replayed, body) of a `POST /payments` with `key` and `{}`, as
+/// the caller `authorization` names (none if `None`).
+async fn send_as(
+    app: Router,
+    authorization: Option<&str>,
+    key: &str,
+) -> (StatusCode, bool, String) {
+    let mut request = Request::post("/payments").header("Idempotency-Key", key);
+    if let Some(authorization) = authorization {
+        request = request.header(header::AUTHORIZATION, authorization);
+    }
+    let response = app
+        .oneshot(request.body(Body::from("{}")).unwrap())
+        .await
+        .unwrap();
+    let replayed = response.headers().contains_key("x-idempotency-replay");
+    let status = response.status();
+    let body = response.into_body().collect().await.unwrap().to_bytes();
+    (status, replayed, String::from_utf8(body.to_vec()).unwrap())
+}
+
+/// `POST /payments` answers a receipt numbered by its call count, for the
+/// caller its `Authorization` header names, behind a layer scoped by `scope`.
+fn payments(scope: Scope) -> (Router, Arc<MemoryStore>, Arc<AtomicUsize>) {
+    let calls = Arc::new(AtomicUsize::new(0));
+    let store = Arc::new(MemoryStore::default());
+    let app = Router::new()
+        .route(
+            "/payments",
+            post(
+                |State(calls): State<Arc<AtomicUsize>>, headers: HeaderMap| async move {
+                    let n = calls.fetch_add(1, Ordering::SeqCst) + 1;
+                    let caller = headers[header::AUTHORIZATION].to_str().unwrap().to_owned();
+                    (StatusCode::CREATED, format!("receipt {n} for {caller}"))
+                },
+            ),
+        )
+        .with_state(Arc::clone(&calls))
+        .layer(IdempotencyLayer::new(Arc::clone(&store), scope));
+    (app, store, calls)
+}
+
+#[tokio::test]
+async fn another_callers_key_runs_the_handler_for_its_sender_never_replays_their_response() {
+    let (app, store, calls) = payments(Scope::header(header::AUTHORIZATION));
+    let send = |who: &'static str| send_as(app.clone(), Some(who), "order-42");
+    let created = |n: u32, who: &str, replayed: bool| {
+        (
+            StatusCode::CREATED,
+            replayed,
+            format!("receipt {n} for {who}"),
+        )
+    };
+
+    assert_eq!(
+        send("Bearer alice").await,
+        created(1, "Bearer alice", false)
+    );
+    // Bob sends Alice's key, path and body: his own payment, not her receipt.
+    assert_eq!(send("Bearer bob").await, created(2, "Bearer bob", false));
+    assert_eq!(calls.load(Ordering::SeqCst), 2);
+    // Each caller's retry is replayed its own response.
+    assert_eq!(send("Bearer alice").await, created(1, "Bearer alice", true));
+    assert_eq!(send("Bearer bob").await, created(2, "Bearer bob", true));
+    assert_eq!(calls.load(Ordering::SeqCst), 2);
+    // The store never saw the key as sent, nor a credential.
+    assert!(
+        store
+            .get(&IdempotencyKey::from_string("order-42").unwrap())
+            .is_none()
+    );
+
+    // No caller, no idempotency: 400, and the handler does not run.
+    let (status, replayed, body) = send_as(app.clone(), None, "order-42").await;
+    assert_eq!((status, replayed), (StatusCode::BAD_REQUEST, false));
+    assert!(body.contains("\"missing_idempotency_scope\""), "{body}");
+    assert!(body.contains("`authorization` header"), "{body}");
+    assert_eq!(calls.load(Ordering::SeqCst), 2);
+}
+
+#[tokio::test]
+async fn unscoped_replays_one_callers_response_to_another_as_its_docs_warn() {
+    let (app, _store, calls) = payments(Scope::unscoped());
+    let alice = send_as(app.clone(), Some("Bearer alice"), "order-42").await;
+    let bob = send_as(app.clone(), Some("Bearer bob"), "order-42").await;
+    assert_eq!(
+        alice,
+        (
+            StatusCode::CREATED,
+            false,
+            "receipt 1 for Bearer alice".into()
+        )
+    );
+    assert_eq!(
+        bob,
+        (
+            StatusCode::CREATED,
+            true,
+            "receipt 1 for Bearer alice".into()
+        )
+    );
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn a_principal_scope_reads_what_the_authentication_layer_put_in_the_extensions() {
+    #[derive(Clone)]
+    struct Principal(String);
+    // A stand-in for authentication: the bearer token names the principal;
+    // a request without one reaches the layer unauthenticated.
+    async fn authenticate(
+        mut request: axum::extract::Request,
+        next: axum::middleware::Next,
+    ) -> Response {
+        let principal = request
+            .headers()
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .map(|name| Principal(name.to_owned()));
+        if let Some(principal) = principal {
+            request.extensions_mut().insert(principal);
+        }
+        next.run(request).await
+    }
+    let calls = Arc::new(AtomicUsize::new(0));
+    let app = Router::new()
+        .route(
+            "/payments",
+            post(
+                |State(calls): State<Arc<AtomicUsize>>,
+                 axum::Extension(p): axum::Extension<Principal>| async move {
+                    let n = calls.fetch_add(1, Ordering::SeqCst) + 1;
+                    (StatusCode::CREATED, format!("receipt {n} for {}", p.0))
+                },
+            ),
+        )
+        .with_state(Arc::clone(&calls))
+        .layer(IdempotencyLayer::new(
+            MemoryStore::default(),
+            Scope::from_fn(|request| request.extensions.get::<Principal>().map(|p| p.0.clone())),
+        ))
+        .layer(axum::middleware::from_fn(authenticate));
+    let send = |who: Option<&'static str>| send_as(app.clone(), who, "order-42");
+
+    assert_eq!(
+        send(Some("Bearer alice")).await,
+        (StatusCode::CREATED, false, "receipt 1 for alice".into())
+    );
+    assert_eq!(
+        send(Some("Bearer bob")).await,
+        (StatusCode::CREATED, false, "receipt 2 for bob".into())
+    );
+    assert_eq!(
+        send(Some("Bearer alice")).await,
+        (StatusCode::CREATED, true, "receipt 1 for alice".into())
+    );
+    let (status, _, body) = send(None).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert!(body.contains("\"missing_idempotency_scope\""), "{body}");
+    assert_eq!(calls.load(Ordering::SeqCst), 2);
 }

@@ -33,7 +33,7 @@ use axum::routing::post;
 use http_body_util::BodyExt;
 use resilience::IdempotencyKey;
 use resilience::http::RequestBuilderExt;
-use resilience::idempotency::server::{IdempotencyLayer, MemoryStore};
+use resilience::idempotency::server::{IdempotencyLayer, MemoryStore, Scope};
 use tokio::sync::{Semaphore, mpsc};
 use tower::ServiceExt;
 
@@ -73,7 +73,10 @@ impl Server {
             .route("/declined", post(declined))
             .route("/slow", post(slow))
             .with_state(orders.clone())
-            .layer(IdempotencyLayer::new(MemoryStore::default()));
+            .layer(IdempotencyLayer::new(
+                MemoryStore::default(),
+                Scope::unscoped(),
+            ));
         Self {
             app,
             created: orders.created,

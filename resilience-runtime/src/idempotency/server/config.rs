@@ -218,12 +218,10 @@ impl IdempotencyConfigBuilder {
     /// Request headers whose values join the method, path and body in a
     /// request's [`Fingerprint`](super::Fingerprint).
     ///
-    /// Keys are global to a store: two clients that happen to send the
-    /// same key, the same body and the same path would share one response.
-    /// Naming the header that identifies the caller (an API key header, or
-    /// `authorization` if its value does not change between a request and
-    /// its retries) turns such a collision into `422` instead of a replay
-    /// of someone else's response.
+    /// A key presented again with another value in one of these headers
+    /// is refused with `422`, as one presented with another body. This is
+    /// not what keeps callers apart: keys are already scoped to their
+    /// caller by the layer's [`Scope`](super::Scope).
     pub fn with_fingerprint_headers(mut self, names: impl IntoIterator<Item = HeaderName>) -> Self {
         self.config.fingerprint_headers = names.into_iter().collect();
         self

@@ -21,6 +21,7 @@ use super::body::{BoxError, ResponseBody};
 use super::config::IdempotencyConfig;
 use super::effect::EffectNotApplied;
 use super::reject::Rejection;
+use super::scope::Scope;
 use super::store::{
     Begin, Entry, Fingerprint, IdempotencyStore, Lease, Outcome, StoreError, StoredResponse,
 };
@@ -33,21 +34,40 @@ const KEY_HEADER: HeaderName = HeaderName::from_static("idempotency-key");
 const REPLAY_HEADER: HeaderName = HeaderName::from_static("x-idempotency-replay");
 
 /// Applies [`Idempotency`] to a service: see the [module docs](super).
+///
+/// Every layer names the [`Scope`] its keys belong to (the caller), so
+/// that one client can never be replayed another's response; opting out is
+/// written [`Scope::unscoped()`].
+///
+/// ```
+/// use axum::{Router, routing::post};
+/// use http::header::AUTHORIZATION;
+/// use resilience::idempotency::server::{IdempotencyLayer, MemoryStore, Scope};
+///
+/// let app: Router = Router::new()
+///     .route("/payments", post(|| async { "paid" }))
+///     .layer(IdempotencyLayer::new(MemoryStore::default(), Scope::header(AUTHORIZATION)));
+/// # drop(app);
+/// ```
 pub struct IdempotencyLayer<St> {
     store: Arc<St>,
+    scope: Arc<Scope>,
     config: Arc<IdempotencyConfig>,
 }
 
 impl<St: IdempotencyStore> IdempotencyLayer<St> {
-    /// A layer with the [default settings](IdempotencyConfig#default).
-    pub fn new(store: St) -> Self {
-        Self::with_config(store, IdempotencyConfig::default())
+    /// A layer with the [default settings](IdempotencyConfig#default), its
+    /// keys scoped to the caller that `scope` identifies.
+    pub fn new(store: St, scope: Scope) -> Self {
+        Self::with_config(store, scope, IdempotencyConfig::default())
     }
 
-    /// A layer with the given settings.
-    pub fn with_config(store: St, config: IdempotencyConfig) -> Self {
+    /// A layer with the given settings, its keys scoped to the caller that
+    /// `scope` identifies.
+    pub fn with_config(store: St, scope: Scope, config: IdempotencyConfig) -> Self {
         Self {
             store: Arc::new(store),
+            scope: Arc::new(scope),
             config: Arc::new(config),
         }
     }
@@ -56,12 +76,18 @@ impl<St: IdempotencyStore> IdempotencyLayer<St> {
     pub fn store(&self) -> &St {
         &self.store
     }
+
+    /// Whose keys these are.
+    pub fn scope(&self) -> &Scope {
+        &self.scope
+    }
 }
 
 impl<St> Clone for IdempotencyLayer<St> {
     fn clone(&self) -> Self {
         Self {
             store: Arc::clone(&self.store),
+            scope: Arc::clone(&self.scope),
             config: Arc::clone(&self.config),
         }
     }
@@ -71,6 +97,7 @@ impl<St> fmt::Debug for IdempotencyLayer<St> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("IdempotencyLayer")
             .field("store", &std::any::type_name::<St>())
+            .field("scope", &self.scope)
             .field("config", &self.config)
             .finish()
     }
@@ -83,6 +110,7 @@ impl<S, St> Layer<S> for IdempotencyLayer<St> {
         Idempotency {
             inner,
             store: Arc::clone(&self.store),
+            scope: Arc::clone(&self.scope),
             config: Arc::clone(&self.config),
         }
     }
@@ -100,6 +128,7 @@ impl<S, St> Layer<S> for IdempotencyLayer<St> {
 pub struct Idempotency<S, St> {
     inner: S,
     store: Arc<St>,
+    scope: Arc<Scope>,
     config: Arc<IdempotencyConfig>,
 }
 
@@ -108,6 +137,7 @@ impl<S: Clone, St> Clone for Idempotency<S, St> {
         Self {
             inner: self.inner.clone(),
             store: Arc::clone(&self.store),
+            scope: Arc::clone(&self.scope),
             config: Arc::clone(&self.config),
         }
     }
@@ -118,6 +148,7 @@ impl<S: fmt::Debug, St> fmt::Debug for Idempotency<S, St> {
         f.debug_struct("Idempotency")
             .field("inner", &self.inner)
             .field("store", &std::any::type_name::<St>())
+            .field("scope", &self.scope)
             .field("config", &self.config)
             .finish()
     }
@@ -205,13 +236,23 @@ where
                 kind: FutureKind::Passthrough { future },
             };
         }
-        let key = match key_of(request.headers()) {
+        let (parts, body) = request.into_parts();
+        let key = key_of(&parts.headers).and_then(|key| {
+            self.scope
+                .stored_key(&parts, &key)
+                .map_err(|missing| Rejection::MissingScope(missing.0))
+        });
+        let request = Request::from_parts(parts, body);
+        let key = match key {
             Ok(key) => key,
             Err(rejection) => {
+                // At debug, as every rejection: a client sending requests
+                // without credentials must not flood the logs.
                 tracing::debug!(
                     method = %request.method(),
                     path = request.uri().path(),
                     error = rejection.code(),
+                    scope = ?self.scope,
                     "request rejected by the idempotency layer",
                 );
                 return ResponseFuture {

@@ -57,6 +57,18 @@
 //!   whole lock ttl while a request runs loses that request's lock the
 //!   same way (logged at ERROR).
 //!
+//! # Keys belong to their caller
+//!
+//! A key is unique per client, not per server (the IETF draft; Stripe
+//! scopes keys per account): every layer is built with the [`Scope`] that
+//! tells its callers apart, the authenticated principal
+//! ([`Scope::from_fn`]) or a header such as `Authorization`
+//! ([`Scope::header`], hashed, never stored as sent). Two callers sending
+//! the same key, path and body each get their own handler run and their
+//! own response; only the same caller's retry is replayed. A layer without
+//! a scope is written [`Scope::unscoped()`], whose documentation says what
+//! it allows.
+//!
 //! # What the layer answers
 //!
 //! For the guarded methods (`POST` and `PATCH` by default; every other
@@ -70,6 +82,7 @@
 //! | request | answer | handler runs? |
 //! |---|---|---|
 //! | no `Idempotency-Key` | `400 missing_idempotency_key` | no |
+//! | no caller [scope](Scope) (e.g. the `Authorization` header the layer is scoped by is absent) | `400 missing_idempotency_scope` | no |
 //! | key not 1–255 visible ASCII characters, or sent twice, or a malformed quoted form | `400 invalid_idempotency_key` | no |
 //! | body over `max_request_body` | `413 request_body_too_large` | no |
 //! | new key | the handler's response, stored (see above) | once |
@@ -100,7 +113,8 @@
 //!
 //! ```
 //! use axum::{Router, routing::post};
-//! use resilience::idempotency::server::{IdempotencyLayer, MemoryStore};
+//! use http::header::AUTHORIZATION;
+//! use resilience::idempotency::server::{IdempotencyLayer, MemoryStore, Scope};
 //!
 //! async fn create_payment() -> (axum::http::StatusCode, &'static str) {
 //!     (axum::http::StatusCode::CREATED, r#"{"id":"pay_1"}"#)
@@ -108,7 +122,8 @@
 //!
 //! let app: Router = Router::new()
 //!     .route("/payments", post(create_payment))
-//!     .layer(IdempotencyLayer::new(MemoryStore::default()));
+//!     // Each caller's keys are its own: scoped by its (hashed) credential.
+//!     .layer(IdempotencyLayer::new(MemoryStore::default(), Scope::header(AUTHORIZATION)));
 //! # drop(app);
 //! ```
 //!
@@ -123,6 +138,7 @@ mod memory;
 #[cfg(feature = "idempotency-redis")]
 mod redis;
 mod reject;
+mod scope;
 mod store;
 
 pub use body::{BoxError, ResponseBody};
@@ -132,6 +148,7 @@ pub use layer::{Idempotency, IdempotencyLayer, ResponseFuture};
 pub use memory::MemoryStore;
 #[cfg(feature = "idempotency-redis")]
 pub use redis::RedisStore;
+pub use scope::Scope;
 pub use store::{
     Begin, Entry, Fingerprint, IdempotencyStore, Lease, Outcome, StoreError, StoredResponse,
 };

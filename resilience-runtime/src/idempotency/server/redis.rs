@@ -44,11 +44,12 @@ use crate::idempotency::IdempotencyKey;
 /// response timeout (500 ms), within the layer's `store_timeout`.
 ///
 /// ```no_run
-/// use resilience::idempotency::server::{IdempotencyLayer, RedisStore};
+/// use http::header::AUTHORIZATION;
+/// use resilience::idempotency::server::{IdempotencyLayer, RedisStore, Scope};
 ///
 /// # async fn run() -> Result<(), resilience::idempotency::server::StoreError> {
 /// let store = RedisStore::connect("redis://127.0.0.1:6379/").await?;
-/// let layer = IdempotencyLayer::new(store);
+/// let layer = IdempotencyLayer::new(store, Scope::header(AUTHORIZATION));
 /// # drop(layer); Ok(()) }
 /// ```
 #[derive(Clone)]

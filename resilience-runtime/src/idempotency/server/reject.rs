@@ -13,6 +13,8 @@ use super::store::StoredResponse;
 pub(crate) enum Rejection {
     MissingKey,
     InvalidKey(String),
+    /// The request's caller [scope](super::Scope) is missing: why.
+    MissingScope(String),
     RequestTooLarge {
         limit: usize,
     },
@@ -51,6 +53,11 @@ impl Rejection {
                 StatusCode::BAD_REQUEST,
                 "invalid_idempotency_key",
                 format!("Idempotency-Key header is invalid: {reason}"),
+            ),
+            Rejection::MissingScope(why) => (
+                StatusCode::BAD_REQUEST,
+                "missing_idempotency_scope",
+                why.clone(),
             ),
             Rejection::RequestTooLarge { limit } => (
                 StatusCode::PAYLOAD_TOO_LARGE,

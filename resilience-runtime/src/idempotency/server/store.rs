@@ -307,8 +307,11 @@ pub enum StoreError {
 /// drop a call's future midway; it repeats `complete` and `release` for
 /// the same lease when a call failed, so both must be safe to repeat (the
 /// compare-with-lease rule above makes them so). The key is the client's
-/// text; a store namespaces it as it sees fit (the Redis store writes
-/// `idem:<key>`).
+/// text scoped to its caller, `<32 hex digits>:<client's key>` (see
+/// [`Scope`](super::Scope); the client's key alone when the layer is
+/// [unscoped](super::Scope::unscoped)): visible ASCII, up to 288
+/// characters. A store namespaces it as it sees fit (the Redis store
+/// writes `idem:<key>`).
 ///
 /// [`MemoryStore`](super::MemoryStore) is the reference implementation.
 pub trait IdempotencyStore: Send + Sync + 'static {
