@@ -4,9 +4,11 @@
 //! A fn is safe to retry when its HTTP method is idempotent, when it takes
 //! an idempotency key that every attempt sends, or when the author asserts
 //! `idempotent`. Without a declared method the verb that starts the fn's
-//! name decides; a name that says nothing is refused rather than guessed.
+//! name decides (a verb that may create, such as `save_`, needs a key like
+//! one that creates); a name that says nothing is refused rather than
+//! guessed.
 
-use resilience_rules::idempotency::{CREATING, IDEMPOTENT, verb};
+use resilience_rules::idempotency::{CREATING, IDEMPOTENT, MAY_CREATE, verb};
 use syn::Ident;
 
 use crate::args::{Arg, Method, RetryArgs};
@@ -50,6 +52,14 @@ pub(crate) fn check_for(
             "  = note: a retried request may run twice on the server: the first attempt can succeed and only its response be lost; a POST or PATCH is safe to retry only with an `Idempotency-Key` that is the same on every attempt"
         }
     };
+    let may_create = match attribute {
+        "hedge" => {
+            "a hedged call sends the same request again while the first is still running, and both may be applied: an operation that may create a record (an INSERT under a fresh id, a POST) can create it twice, unless every attempt carries the same idempotency key"
+        }
+        _ => {
+            "a retried call may run twice: the first attempt can succeed and only its response be lost, so retrying an operation that may create a record (an INSERT under a fresh id, a POST) can create it twice, unless every attempt carries the same idempotency key"
+        }
+    };
     if let Some(method) = method {
         let value = method.get();
         if value.is_idempotent() {
@@ -70,6 +80,12 @@ pub(crate) fn check_for(
             name.span(),
             format!(
                 "`#[{attribute}]` on `{name}` needs an idempotency key: `{verb}` creates or triggers something, like a POST, and {again} may do it twice\n{rule}\n{fix}"
+            ),
+        )),
+        Some(verb) if MAY_CREATE.contains(&verb.as_str()) => Err(syn::Error::new(
+            name.span(),
+            format!(
+                "`#[{attribute}]` on `{name}` needs an idempotency key: `{verb}` may create a record, and {again} may create it twice\n  = note: {may_create}\n{fix}\n  = help: if `{name}` only overwrites a record the caller names (an UPDATE, or an upsert by a key the caller chose), declare it: `#[{attribute}(method = \"PUT\", …)]`"
             ),
         )),
         _ => Err(syn::Error::new(

@@ -1,9 +1,9 @@
 //! Idempotency first, retry second: which calls may be sent more than
 //! once. An HTTP method says it when one is declared (POST and PATCH need
 //! an idempotency key); otherwise the verb that starts a fn's name does
-//! (`get_user` reads, `create_order` creates: [`verb`], then
-//! [`IDEMPOTENT`] or [`CREATING`]), and a name that says nothing is for
-//! the caller to declare.
+//! (`get_user` reads, `create_order` creates, `save_order` may create:
+//! [`verb`], then [`IDEMPOTENT`], [`CREATING`] or [`MAY_CREATE`]), and a
+//! name that says nothing is for the caller to declare.
 
 /// The HTTP methods that are not idempotent: a second request may apply
 /// them twice, so they are retried only with an `Idempotency-Key` that is
@@ -83,6 +83,15 @@ pub const CREATING: &[&str] = &[
     "commit",
 ];
 
+/// Verbs that write a record which may not exist yet: `save_payment`,
+/// `store_event`, `upsert_user`, `set_limit`. Whether a repeat is harmless
+/// depends on what the fn does, not on its name: an UPDATE, or an INSERT
+/// under a key the caller chose, leaves the same state when run twice; an
+/// INSERT under a fresh id creates a second record. So they are treated
+/// like [`CREATING`] verbs (an idempotency key, or a declaration from the
+/// author), never assumed safe.
+pub const MAY_CREATE: &[&str] = &["save", "store", "upsert", "set"];
+
 /// Verbs that read, or write a whole state that a repeat leaves the same
 /// (PUT and DELETE semantics).
 pub const IDEMPOTENT: &[&str] = &[
@@ -116,9 +125,7 @@ pub const IDEMPOTENT: &[&str] = &[
     "stat",
     "watch",
     "put",
-    "set",
     "replace",
-    "upsert",
     "delete",
     "remove",
     "del",
@@ -134,8 +141,6 @@ pub const IDEMPOTENT: &[&str] = &[
     "reload",
     "disable",
     "enable",
-    "store",
-    "save",
     "overwrite",
     "evict",
     "invalidate",
@@ -182,6 +187,25 @@ mod tests {
     fn the_lists_do_not_overlap() {
         for verb in CREATING {
             assert!(!IDEMPOTENT.contains(verb), "{verb}");
+            assert!(!MAY_CREATE.contains(verb), "{verb}");
+        }
+        for verb in MAY_CREATE {
+            assert!(!IDEMPOTENT.contains(verb), "{verb}");
+        }
+    }
+
+    #[test]
+    fn a_verb_that_may_create_is_not_idempotent() {
+        for name in [
+            "save_payment",
+            "store_event",
+            "upsert_user",
+            "set_limit",
+            "try_save",
+        ] {
+            let verb = verb(name).unwrap();
+            assert!(MAY_CREATE.contains(&verb.as_str()), "{name}");
+            assert!(!IDEMPOTENT.contains(&verb.as_str()), "{name}");
         }
     }
 }

@@ -37,6 +37,18 @@ async fn send_email(key: &IdempotencyKey, to: &str) -> Result<usize, Error> {
     Ok(key.as_str().len() + to.len())
 }
 
+/// A verb that may create (`save_`, `store_`, `upsert_`, `set_`) compiles
+/// with a key, or declared as a PUT when it only overwrites.
+#[retry]
+async fn save_payment(key: IdempotencyKey, cents: u64) -> Result<u64, Error> {
+    Ok(key.as_str().len() as u64 + cents)
+}
+
+#[retry(method = "PUT")]
+async fn upsert_user(id: u64) -> Result<u64, Error> {
+    Ok(id)
+}
+
 #[retry(method = "GET", name = "user-service.lookup")]
 async fn user_by_name(name: &str) -> Result<usize, Error> {
     if name.is_empty() {
@@ -191,6 +203,8 @@ fn main() {
         assert_eq!(transfer_funds(1, 2).await.unwrap(), 3);
         assert_eq!(charge_card("k".into(), 5).await.unwrap(), 5);
         assert_eq!(send_email(&IdempotencyKey::new(), "a").await.unwrap(), 37);
+        assert_eq!(save_payment(IdempotencyKey::new(), 1).await.unwrap(), 37);
+        assert_eq!(upsert_user(7).await.unwrap(), 7);
         assert_eq!(user_by_name("ada").await.unwrap(), 3);
         assert!(user_by_name("").await.is_err());
         assert_eq!(read_config("abc").await.unwrap(), 3);
