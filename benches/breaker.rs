@@ -211,6 +211,40 @@ fn contended(c: &mut Criterion) {
     group.finish();
 }
 
+/// A dependency that answers at its second poll, as a real one does once
+/// its I/O is done.
+#[inline(never)]
+async fn get_user_later(id: u64) -> Result<u64, ClientError> {
+    tokio::task::yield_now().await;
+    Ok(black_box(id) + 1)
+}
+
+/// The cost of a call that is pending once, the shape of every real call:
+/// the breaker then arms its cut (the `call_timeout`, 30 s by default: a
+/// clock read and a timer registered and cancelled), which a call that
+/// completes at its first poll never does.
+fn pending(c: &mut Criterion) {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .unwrap();
+    let breaker = closed();
+    rt.block_on(async {
+        let _ = breaker.call(get_user(1)).await;
+    });
+    let mut group = c.benchmark_group("breaker/pending");
+    group.bench_function("baseline: the call, pending once", |b| {
+        b.iter(|| rt.block_on(get_user_later(black_box(7))).is_ok())
+    });
+    group.bench_function("closed: call, pending once", |b| {
+        b.iter(|| {
+            rt.block_on(breaker.call(get_user_later(black_box(7))))
+                .is_ok()
+        })
+    });
+    group.finish();
+}
+
 fn memory(_: &mut Criterion) {
     let _ = closed(); // what the first breaker of a process sets up once is not its own
     let before = LIVE_BYTES.load(Relaxed);
@@ -472,6 +506,7 @@ fn scale(c: &mut Criterion) {
 criterion_group!(
     benches,
     single_thread,
+    pending,
     contended,
     memory,
     shared,
