@@ -1008,11 +1008,14 @@ pub fn rejected<T, E: FromRuntimeError>(
     Answer::Fallback(E::from_runtime(Error::DependencyDown(down)))
 }
 
-/// Counts the fallback fn's `answer` in `http_client_fallbacks_total`,
-/// by what it is (see [`FallbackKind`]), and logs it at WARN.
+/// Counts the fallback fn's answer in `http_client_fallbacks_total`, by
+/// what it is (see [`FallbackKind`]), and logs it at WARN; a fallback that
+/// returned an error (`None`) answered nothing and is not counted.
 #[inline]
-pub fn fell_back(site: &'static BreakerSite<impl SiteKind>, kind: Fallback) {
-    telemetry::fallback(Labels::of(site.name), kind);
+pub fn fell_back(site: &'static BreakerSite<impl SiteKind>, kind: Option<Fallback>) {
+    if let Some(kind) = kind {
+        telemetry::fallback(Labels::of(site.name), kind);
+    }
 }
 
 pub use resilience_runtime::fallback::FallbackKind;

@@ -83,37 +83,42 @@ pub fn falls_back<E: Classify>(error: &E) -> bool {
 
 /// Which fallback a `fallback =` fn's answer is, for the macros'
 /// expansion: a [`MaybeStale`] answered stale is [`Fallback::Stale`], a
-/// [`Part`] answered unavailable is [`Fallback::Partial`], anything else
-/// [`Fallback::Function`]. Called as `(&answer).fallback_kind()`, so that
-/// the impls for these types win over the one for every `&R` (method
-/// resolution tries `&answer` before `&&answer`).
+/// [`Part`] answered unavailable is [`Fallback::Partial`], any other `Ok`
+/// [`Fallback::Function`], and an `Err` none: a fallback that fails (the
+/// `last_good.stale(&key).ok_or(error)` idiom with nothing cached) answered
+/// nothing, and is neither counted nor logged as an answer. Called as
+/// `(&answer).fallback_kind()`, so that the impls for these types win over
+/// the one for every `&Result` (method resolution tries `&answer` before
+/// `&&answer`).
 #[doc(hidden)]
 pub trait FallbackKind {
-    /// The `kind` label of this answer.
-    fn fallback_kind(&self) -> Fallback;
+    /// The `kind` label of this answer; `None` when it is no answer.
+    fn fallback_kind(&self) -> Option<Fallback>;
 }
 
 impl<T, E> FallbackKind for Result<MaybeStale<T>, E> {
-    fn fallback_kind(&self) -> Fallback {
+    fn fallback_kind(&self) -> Option<Fallback> {
         match self {
-            Ok(answer) if answer.is_stale() => Fallback::Stale,
-            _ => Fallback::Function,
+            Ok(answer) if answer.is_stale() => Some(Fallback::Stale),
+            Ok(_) => Some(Fallback::Function),
+            Err(_) => None,
         }
     }
 }
 
 impl<T, E> FallbackKind for Result<Part<T>, E> {
-    fn fallback_kind(&self) -> Fallback {
+    fn fallback_kind(&self) -> Option<Fallback> {
         match self {
-            Ok(Part::Unavailable(_)) => Fallback::Partial,
-            _ => Fallback::Function,
+            Ok(Part::Unavailable(_)) => Some(Fallback::Partial),
+            Ok(_) => Some(Fallback::Function),
+            Err(_) => None,
         }
     }
 }
 
-impl<R> FallbackKind for &R {
-    fn fallback_kind(&self) -> Fallback {
-        Fallback::Function
+impl<T, E> FallbackKind for &Result<T, E> {
+    fn fallback_kind(&self) -> Option<Fallback> {
+        self.is_ok().then_some(Fallback::Function)
     }
 }
 
@@ -130,10 +135,22 @@ mod tests {
         let partial: Result<Part<u8>, ()> = Ok(Part::Unavailable(Unavailable::new("recs")));
         let whole: Result<Part<u8>, ()> = Ok(Part::Available(1));
         let other: Result<u8, ()> = Ok(1);
-        assert_eq!((&stale).fallback_kind(), Fallback::Stale);
-        assert_eq!((&fresh).fallback_kind(), Fallback::Function);
-        assert_eq!((&partial).fallback_kind(), Fallback::Partial);
-        assert_eq!((&whole).fallback_kind(), Fallback::Function);
-        assert_eq!((&other).fallback_kind(), Fallback::Function);
+        assert_eq!((&stale).fallback_kind(), Some(Fallback::Stale));
+        assert_eq!((&fresh).fallback_kind(), Some(Fallback::Function));
+        assert_eq!((&partial).fallback_kind(), Some(Fallback::Partial));
+        assert_eq!((&whole).fallback_kind(), Some(Fallback::Function));
+        assert_eq!((&other).fallback_kind(), Some(Fallback::Function));
+    }
+
+    // A fallback that fails answered nothing, whatever its type.
+    #[allow(clippy::needless_borrow)]
+    #[test]
+    fn a_failed_fallback_is_no_answer() {
+        let stale: Result<MaybeStale<u8>, ()> = Err(());
+        let partial: Result<Part<u8>, ()> = Err(());
+        let other: Result<u8, ()> = Err(());
+        assert_eq!((&stale).fallback_kind(), None);
+        assert_eq!((&partial).fallback_kind(), None);
+        assert_eq!((&other).fallback_kind(), None);
     }
 }
