@@ -972,7 +972,21 @@ impl Registry {
     fn check_sites(&self) -> Result<(), ConfigError> {
         let linked: Vec<SiteDefaults> = sites::linked().collect();
         if linked.is_empty() {
-            // No linker support, or no protected fn: nothing to check against.
+            // No protected fn is linked into this binary (or the platform's
+            // linker does not gather them): nothing to check the sections
+            // against. Said, since each would then configure nothing.
+            let file = &self.file;
+            let sections = file.breaker_names().count()
+                + file.retry_names().count()
+                + file.budget_names().count()
+                + file.limit_names().count();
+            if sections > 0 {
+                tracing::warn!(
+                    sections,
+                    origin = self.file.origin().unwrap_or("config"),
+                    "no `#[retry]` or `#[circuit_breaker]` fn is linked into this binary, so the names of the configuration's sections could not be checked: a section names a site only if that fn is in the binary"
+                );
+            }
             return Ok(());
         }
         let shared = self.read();
