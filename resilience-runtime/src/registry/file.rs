@@ -622,6 +622,24 @@ pub(crate) fn duration(key: &'static str, text: &str) -> Result<Duration, Config
     ))
 }
 
+/// The keys whose value is a duration (read by [`duration`]).
+const DURATION_KEYS: &[&str] = &[
+    "attempt_timeout",
+    "call_timeout",
+    "cooldown",
+    "idle",
+    "initial",
+    "max_elapsed",
+    "max_interval",
+    "max_retry_after",
+    "max_wait",
+    "probe_timeout",
+    "slow_call",
+    "sync_interval",
+    "ttl",
+    "window",
+];
+
 /// A section's table, or its schema errors (unknown keys, wrong types):
 /// each key is tried on its own, so that every bad key is named with its
 /// value.
@@ -635,12 +653,17 @@ fn read_section<T: serde::de::DeserializeOwned>(table: toml::Table) -> Result<T,
         let mut alone = toml::Table::new();
         alone.insert(key.clone(), value.clone());
         let err = alone.try_into::<T>().err()?;
-        Some(ConfigError::new(
-            "",
-            key.clone(),
-            show(value),
-            err.message().trim().to_owned(),
-        ))
+        let mut reason = err.message().trim().to_owned();
+        if DURATION_KEYS.contains(&key.as_str())
+            && matches!(value, toml::Value::Integer(_) | toml::Value::Float(_))
+        {
+            // `cooldown = 2`: serde says only "expected a string".
+            reason.push_str(&format!(
+                "; a duration is a string with its unit, such as \"{}s\"",
+                show(value)
+            ));
+        }
+        Some(ConfigError::new("", key.clone(), show(value), reason))
     });
     Err(ConfigError::combine(errors).unwrap_or_else(|| schema_error(&whole, &keys)))
 }
@@ -774,6 +797,20 @@ mod tests {
             duration("k", "18446744073709551615.999999999s").unwrap(),
             Duration::MAX
         );
+    }
+
+    #[test]
+    fn a_duration_written_as_a_number_is_shown_how_to_write_it() {
+        let err = FileConfig::parse("[breakers.user]\ncooldown = 2\n", "app.toml").unwrap_err();
+        assert_eq!((err.field(), err.value()), ("cooldown", "2"));
+        assert!(
+            err.to_string()
+                .contains("a duration is a string with its unit, such as \"2s\""),
+            "{err}"
+        );
+        // A number where a number belongs is no duration's business.
+        let err = FileConfig::parse("[breakers.user]\nmin = \"2\"\n", "app.toml").unwrap_err();
+        assert!(!err.to_string().contains("duration"), "{err}");
     }
 
     #[test]
