@@ -119,6 +119,31 @@ fn every_site_is_listed_before_any_call_with_its_effective_config() {
     assert!(registry.breakers().is_empty());
 }
 
+/// The listing writes durations as the config file does (`30s`), not as
+/// the nanoseconds a policy keeps them in.
+#[test]
+fn the_listing_writes_durations_as_the_config_file_does() {
+    let registry = with("[retry.timed]\nmax_elapsed = \"30s\"\n");
+    let sites = registry.sites();
+    let timed = sites
+        .iter()
+        .find(|s| s.name == "timed")
+        .unwrap()
+        .to_string();
+    assert!(timed.contains("max_elapsed: 30s"), "{timed}");
+    assert!(timed.contains("attempt_timeout: Some(500ms)"), "{timed}");
+    assert!(timed.contains("initial: 100ms"), "{timed}");
+    assert!(!timed.contains("30000000000"), "{timed}");
+    assert!(!timed.contains("100000000"), "{timed}");
+    let inventory = sites
+        .iter()
+        .find(|s| s.name == "inventory")
+        .unwrap()
+        .to_string();
+    assert!(inventory.contains("cooldown: 30s"), "{inventory}");
+    assert!(!inventory.contains("30000000000"), "{inventory}");
+}
+
 #[test]
 fn the_docs_retry_section_named_after_a_breaker_is_refused() {
     // `[retry.user]` beside `[breakers.user]`: the policy is `user.get`.

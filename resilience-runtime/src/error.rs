@@ -556,7 +556,10 @@ impl From<Error> for std::io::Error {
 ///     "invalid retry policy: `max_attempts = 0`: at least one attempt is needed; use 1 to disable retries",
 /// );
 /// ```
-#[derive(Debug, Clone, PartialEq, Eq)]
+///
+/// Its `Debug` is its `Display` message, as `anyhow`'s is: `main` returning
+/// `Result<(), Box<dyn Error>>` prints an error it returns with `{:?}`.
+#[derive(Clone, PartialEq, Eq)]
 pub struct ConfigError {
     subject: Cow<'static, str>,
     field: Cow<'static, str>,
@@ -649,11 +652,49 @@ impl fmt::Display for ConfigError {
     }
 }
 
+/// The `Display` message (what, field, value and reason of every error of
+/// the check): `fn main() -> Result<(), Box<dyn Error>>` prints a returned
+/// error with `{:?}`, and the message is what the user needs there.
+impl fmt::Debug for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self, f)
+    }
+}
+
 impl std::error::Error for ConfigError {}
 
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
+
+    /// `fn main() -> Result<(), Box<dyn Error>>` prints a returned error
+    /// with `{:?}`: a `ConfigError` shows its message there, every error
+    /// of the check, not a struct of its fields.
+    #[test]
+    fn config_error_debug_is_its_message() {
+        let err = ConfigError::combine([
+            ConfigError::new(
+                "retry policy",
+                "max_attempts",
+                0,
+                "at least one attempt is needed",
+            ),
+            ConfigError::new("breaker", "ratio", 1.5, "a ratio is at most 1"),
+        ])
+        .unwrap();
+        let debug = format!("{err:?}");
+        assert_eq!(debug, format!("{err}"));
+        assert!(
+            debug.contains(
+                "invalid retry policy: `max_attempts = 0`: at least one attempt is needed"
+            ),
+            "{debug}"
+        );
+        assert!(debug.contains("invalid breaker: `ratio = 1.5`"), "{debug}");
+        assert!(!debug.contains("ConfigError {"), "{debug}");
+        let boxed: Box<dyn std::error::Error> = Box::new(err.clone());
+        assert_eq!(format!("{boxed:?}"), format!("{err}"));
+    }
 
     /// A rejection's end of cooldown survives the trip through the epoch
     /// on both sides of it (a paused tokio clock can be behind the epoch),

@@ -74,6 +74,19 @@ pub(crate) const fn duration_nanos(duration: std::time::Duration) -> u64 {
     }
 }
 
+/// A duration kept in nanoseconds, shown in `Debug` as the config file
+/// writes it (`100ms`, `30s`: `resilience_rules::duration::display`), not
+/// as a raw count of nanoseconds.
+pub(crate) struct ShowNanos(pub(crate) u64);
+
+impl std::fmt::Debug for ShowNanos {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&resilience_rules::duration::display(
+            std::time::Duration::from_nanos(self.0),
+        ))
+    }
+}
+
 /// The message of the panic a timer raises outside a Tokio runtime.
 pub(crate) const NO_TOKIO: &str = "resilience needs a Tokio runtime with its timer: a protected call paused before a retry, or timed an attempt, outside one (for example under `futures::executor::block_on`); run it inside a Tokio runtime (`#[tokio::main]`, `#[tokio::test]`, or `Runtime::block_on` of a runtime built with `enable_time()` or `enable_all()`)";
 

@@ -65,7 +65,7 @@ pub enum Growth {
 /// assert!(pauses.iter().all(|p| *p <= Duration::from_secs(1)));
 /// # Ok::<(), resilience::ConfigError>(())
 /// ```
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Clone, Copy, PartialEq)]
 pub struct Backoff {
     // Durations as nanoseconds: a `Duration` is 16 bytes, and every retry
     // chain carries its policy by value, so a smaller one is cheaper to
@@ -75,6 +75,20 @@ pub struct Backoff {
     max_interval: u64,
     growth: Growth,
     jitter: Jitter,
+}
+
+/// The durations as the config file writes them (`100ms`), not as the
+/// nanoseconds kept.
+impl std::fmt::Debug for Backoff {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Backoff")
+            .field("initial", &crate::ShowNanos(self.initial))
+            .field("multiplier", &self.multiplier)
+            .field("max_interval", &crate::ShowNanos(self.max_interval))
+            .field("growth", &self.growth)
+            .field("jitter", &self.jitter)
+            .finish()
+    }
 }
 
 impl Default for Backoff {

@@ -36,7 +36,7 @@ use crate::error::ConfigError;
 /// assert_eq!(policy.max_elapsed(), Duration::from_secs(5));
 /// # Ok::<(), resilience::ConfigError>(())
 /// ```
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Clone, Copy, PartialEq)]
 pub struct Policy {
     backoff: Backoff,
     max_attempts: u32,
@@ -48,6 +48,25 @@ pub struct Policy {
     /// The retry budget it draws on, shared with the other chains to the
     /// same dependency.
     budget: Option<&'static Budget>,
+}
+
+/// The durations as the config file writes them (`5s`), not as the
+/// nanoseconds kept: [`Registry::sites`](crate::registry::Registry::sites)
+/// lists a policy with it.
+impl std::fmt::Debug for Policy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Policy")
+            .field("backoff", &self.backoff)
+            .field("max_attempts", &self.max_attempts)
+            .field("max_elapsed", &crate::ShowNanos(self.max_elapsed))
+            .field(
+                "attempt_timeout",
+                &self.attempt_timeout.map(|t| crate::ShowNanos(t.get())),
+            )
+            .field("max_retry_after", &crate::ShowNanos(self.max_retry_after))
+            .field("budget", &self.budget)
+            .finish()
+    }
 }
 
 impl Default for Policy {
