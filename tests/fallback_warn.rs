@@ -6,52 +6,9 @@
 
 mod macros_common;
 
-use std::sync::{Arc, Mutex};
-
-use macros_common::{ClientError, Script};
+use macros_common::{ClientError, Events, Script};
 use resilience::circuit_breaker;
 use resilience::fallback::{LastGood, MaybeStale};
-
-/// The WARN events of the test, as `field=value` lines.
-#[derive(Default, Clone)]
-struct Warnings(Arc<Mutex<Vec<String>>>);
-
-impl Warnings {
-    fn lines(&self) -> Vec<String> {
-        self.0.lock().unwrap().clone()
-    }
-
-    fn count(&self, needles: &[&str]) -> usize {
-        self.lines()
-            .iter()
-            .filter(|line| needles.iter().all(|needle| line.contains(needle)))
-            .count()
-    }
-}
-
-impl tracing::Subscriber for Warnings {
-    fn enabled(&self, metadata: &tracing::Metadata<'_>) -> bool {
-        *metadata.level() == tracing::Level::WARN
-    }
-    fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
-        tracing::span::Id::from_u64(1)
-    }
-    fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
-    fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
-    fn event(&self, event: &tracing::Event<'_>) {
-        struct Fields(String);
-        impl tracing::field::Visit for Fields {
-            fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
-                self.0.push_str(&format!("{}={value:?} ", field.name()));
-            }
-        }
-        let mut fields = Fields(String::new());
-        event.record(&mut fields);
-        self.0.lock().unwrap().push(fields.0);
-    }
-    fn enter(&self, _: &tracing::span::Id) {}
-    fn exit(&self, _: &tracing::span::Id) {}
-}
 
 struct Rates {
     script: Script,
@@ -76,7 +33,7 @@ impl Rates {
 
 #[tokio::test(start_paused = true)]
 async fn every_stale_answer_is_logged_at_warn() {
-    let warnings = Warnings::default();
+    let warnings = Events::at(tracing::Level::WARN);
     let _subscriber = tracing::subscriber::set_default(warnings.clone());
     let rates = Rates {
         script: Script::new(&[200, 503]),

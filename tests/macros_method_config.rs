@@ -8,9 +8,7 @@
 
 mod macros_common;
 
-use std::sync::{Arc, Mutex};
-
-use macros_common::{ClientError, Script};
+use macros_common::{ClientError, Events, Script};
 use resilience::registry::{self, Registry};
 use resilience::retry;
 
@@ -36,37 +34,9 @@ impl Users {
     }
 }
 
-/// The ERROR events of the test, as `field=value` lines.
-#[derive(Default, Clone)]
-struct Errors(Arc<Mutex<Vec<String>>>);
-
-impl tracing::Subscriber for Errors {
-    fn enabled(&self, metadata: &tracing::Metadata<'_>) -> bool {
-        *metadata.level() == tracing::Level::ERROR
-    }
-    fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
-        tracing::span::Id::from_u64(1)
-    }
-    fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
-    fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
-    fn event(&self, event: &tracing::Event<'_>) {
-        struct Fields(String);
-        impl tracing::field::Visit for Fields {
-            fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
-                self.0.push_str(&format!("{}={value:?} ", field.name()));
-            }
-        }
-        let mut fields = Fields(String::new());
-        event.record(&mut fields);
-        self.0.lock().unwrap().push(fields.0);
-    }
-    fn enter(&self, _: &tracing::span::Id) {}
-    fn exit(&self, _: &tracing::span::Id) {}
-}
-
 #[tokio::test(start_paused = true)]
 async fn a_method_section_applies_and_a_misspelt_type_is_reported_at_the_first_call() {
-    let errors = Errors::default();
+    let errors = Events::at(tracing::Level::ERROR);
     let _guard = tracing::subscriber::set_default(errors.clone());
     // Both sections name a module and a fn that have a `#[retry]` method:
     // all `install()` can check.
@@ -83,14 +53,14 @@ async fn a_method_section_applies_and_a_misspelt_type_is_reported_at_the_first_c
     let script = Script::new(&[503, 503, 503]);
     assert_eq!(Users.get(&script).await, Ok(()));
     assert_eq!(script.calls(), 4);
-    assert!(errors.0.lock().unwrap().is_empty(), "{:?}", errors.0);
+    assert!(errors.lines().is_empty(), "{:?}", errors.lines());
 
     // `Userz` configures nothing: the attribute's 2 attempts, and the
     // section named with the name to use.
     let script = Script::new(&[503, 503, 503, 503]);
     assert_eq!(Users.list(&script).await, Err(ClientError::Status(503)));
     assert_eq!(script.calls(), 2);
-    let lines = errors.0.lock().unwrap().clone();
+    let lines = errors.lines();
     assert_eq!(lines.len(), 1, "{lines:?}");
     for needle in [
         r#"[retry."macros_method_config::Userz::list"]"#,
@@ -103,5 +73,5 @@ async fn a_method_section_applies_and_a_misspelt_type_is_reported_at_the_first_c
     // Reported once, at the first call.
     let script = Script::new(&[200]);
     assert_eq!(Users.list(&script).await, Ok(()));
-    assert_eq!(errors.0.lock().unwrap().len(), 1);
+    assert_eq!(errors.lines().len(), 1);
 }

@@ -78,3 +78,56 @@ impl Script {
         self.calls.load(Ordering::SeqCst)
     }
 }
+
+/// The events of one level a test sees, as `field=value` lines: a
+/// subscriber to set with `tracing::subscriber::set_default`.
+#[derive(Clone)]
+pub struct Events {
+    level: tracing::Level,
+    lines: std::sync::Arc<Mutex<Vec<String>>>,
+}
+
+impl Events {
+    pub fn at(level: tracing::Level) -> Self {
+        Self {
+            level,
+            lines: Default::default(),
+        }
+    }
+
+    pub fn lines(&self) -> Vec<String> {
+        self.lines.lock().unwrap().clone()
+    }
+
+    /// How many lines hold every one of `needles`.
+    pub fn count(&self, needles: &[&str]) -> usize {
+        self.lines()
+            .iter()
+            .filter(|line| needles.iter().all(|needle| line.contains(needle)))
+            .count()
+    }
+}
+
+impl tracing::Subscriber for Events {
+    fn enabled(&self, metadata: &tracing::Metadata<'_>) -> bool {
+        *metadata.level() == self.level
+    }
+    fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
+        tracing::span::Id::from_u64(1)
+    }
+    fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
+    fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
+    fn event(&self, event: &tracing::Event<'_>) {
+        struct Fields(String);
+        impl tracing::field::Visit for Fields {
+            fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+                self.0.push_str(&format!("{}={value:?} ", field.name()));
+            }
+        }
+        let mut fields = Fields(String::new());
+        event.record(&mut fields);
+        self.lines.lock().unwrap().push(fields.0);
+    }
+    fn enter(&self, _: &tracing::span::Id) {}
+    fn exit(&self, _: &tracing::span::Id) {}
+}
