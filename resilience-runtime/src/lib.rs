@@ -27,6 +27,32 @@
 //! Applications normally depend on the `resilience` facade crate, which
 //! re-exports this one together with the `#[retry]` and
 //! `#[circuit_breaker]` macros.
+//!
+//! # Layers
+//!
+//! A module imports only from its own layer or below, and no two
+//! top-level modules import each other, directly or through others
+//! (`tests/layering.rs` reads this table and checks every `crate::` path
+//! of `src/` against it; test-only code may reach up):
+//!
+//! | layer | modules |
+//! |---|---|
+//! | 5 integrations: drive the rest for one kind of client or server | `consumer`, `db`, `fallback`, `http`, `http_rules`, `idempotency`, `tower` |
+//! | 4 configuration: named breakers, policies and limiters, built from code and files | `registry` |
+//! | 3 mechanisms that report through telemetry | `breaker`, `limit` |
+//! | 2 observation of calls: metrics, spans, events | `telemetry` |
+//! | 1 the retry core: backoff, classification, the attempt loop, budgets, hedging | `retry` |
+//! | 0 ground: errors, the caller's deadline, striped counters and tickers, the Redis link | `deadline`, `error`, `redis_link`, `striped` |
+//!
+//! What a lower layer needs from a higher one is passed down when it is
+//! known, never looked up: a breaker's service label is given to it by the
+//! registry that builds it, and [`Labels::of`](telemetry::Labels::of) reads
+//! the service the global registry published as it was installed; a
+//! rejection carries the end of its cooldown; the retry core refuses to
+//! start inside a `retry::no_retry` region, which the database transaction
+//! opens; and it reports each hedge through a hook, counted by
+//! [`Policy::hedge`](retry::Policy::hedge) on telemetry's side. The
+//! helpers of this file (`duration_nanos`, `sleep_until`) are ground.
 // `deny`, not `forbid`: linkme's distributed slice (`registry::SITES`) is
 // the one place allowed to declare the linker sections it needs.
 #![deny(unsafe_code)]
@@ -53,6 +79,7 @@ pub mod limit;
 mod redis_link;
 pub mod registry;
 pub mod retry;
+mod striped;
 pub mod telemetry;
 #[cfg(feature = "tower")]
 pub mod tower;

@@ -152,8 +152,7 @@ impl Default for BreakerConfig {
     }
 }
 
-/// The number of buckets a window is made of.
-pub(crate) const BUCKETS: usize = 10;
+pub(crate) use crate::striped::BUCKETS;
 
 // The most calls `min` and `window_calls` may ask for (a breaker that needs
 // more calls than that to judge a dependency reacts after it has sent them

@@ -10,10 +10,10 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::{BreakerConfig, CircuitBreaker, State, owner};
+use super::{BreakerConfig, CircuitBreaker, State, owner, report};
 use crate::duration_nanos;
 use crate::error::ConfigError;
-use crate::telemetry::{self, Labels};
+use crate::telemetry::Labels;
 
 /// The most members a family may be given: 1,000,000 (about 1 GiB of
 /// breakers).
@@ -356,7 +356,7 @@ impl BreakerFamily {
     /// An empty family named `name` (the `target` label of its metrics and
     /// the name its members' rejections carry), after checking `config`.
     pub fn new(name: &'static str, config: FamilyConfig) -> Result<Self, ConfigError> {
-        Self::new_in(crate::registry::UNKNOWN_SERVICE, name, config)
+        Self::new_in(crate::telemetry::UNKNOWN_SERVICE, name, config)
     }
 
     pub(crate) fn new_in(
@@ -368,7 +368,7 @@ impl BreakerFamily {
             .validate()
             .map_err(|err| err.with_subject(format!("breaker family `{name}`")))?;
         let labels = Labels::new(service, name);
-        telemetry::breaker_created(labels, State::Closed);
+        report::breaker_created(labels, State::Closed);
         Ok(BreakerFamily {
             inner: Arc::new(Family {
                 labels,
@@ -623,7 +623,7 @@ impl Tally {
         } else {
             State::Closed
         };
-        telemetry::family_state(self.labels, worst);
+        report::family_state(self.labels, worst);
     }
 }
 
@@ -635,7 +635,7 @@ impl Tag {
     /// A member's state change: its WARN (with the key), its trip, the
     /// family's gauge.
     pub(super) fn transition(&self, from: State, to: State, forced: bool) {
-        telemetry::member_transition(self.tally.labels, &self.key, from, to, forced);
+        report::member_transition(self.tally.labels, &self.key, from, to, forced);
         if from != to {
             self.tally.moved(Some(from), Some(to));
         }

@@ -155,17 +155,16 @@
 
 mod config;
 mod family;
-mod owner;
+pub(crate) mod report;
 #[cfg(all(feature = "breaker-redis", not(loom)))]
 mod shared;
 mod state;
-mod sync;
 #[cfg(not(loom))]
-mod thread_ticker;
+mod ticked;
+
+use crate::striped::{owner, sync, window};
 #[cfg(not(loom))]
-mod ticker;
-pub(crate) mod timed;
-pub(crate) mod window;
+use crate::striped::{thread_ticker, ticker};
 
 #[cfg(all(test, loom))]
 mod loom_tests;
@@ -192,7 +191,7 @@ use crate::deadline;
 use crate::duration_nanos;
 use crate::error::{ConfigError, DependencyDown, Error};
 use crate::retry::{ByClassify, Classify, FromRuntimeError, Outcome, When};
-use crate::telemetry::{self, Labels};
+use crate::telemetry::Labels;
 
 type Hook = Box<dyn Fn(&'static str, State, State) + Send + Sync>;
 /// A hook given once and attached to many breakers (a family's members).
@@ -377,7 +376,7 @@ impl CircuitBreaker {
     /// Its metrics carry `service = "unknown_service"`; breakers from a
     /// [`Registry`](crate::registry::Registry) carry the registry's service.
     pub fn new(name: &'static str, config: BreakerConfig) -> Result<Self, ConfigError> {
-        Self::new_in(crate::registry::UNKNOWN_SERVICE, name, config)
+        Self::new_in(crate::telemetry::UNKNOWN_SERVICE, name, config)
     }
 
     /// [`new`](Self::new), for the service `service`.
@@ -405,7 +404,7 @@ impl CircuitBreaker {
     ) -> Self {
         // A member's gauge is its family's, set by the family.
         if member.is_none() {
-            telemetry::breaker_created(labels, State::Closed);
+            report::breaker_created(labels, State::Closed);
         }
         let origin = Instant::now();
         CircuitBreaker {
@@ -605,7 +604,7 @@ impl CircuitBreaker {
             Fate::Cancelled(Admission::Probe(generation)) => {
                 self.inner.settle_probe(generation, None)
             }
-            Fate::Rejected => telemetry::breaker_rejected(self.inner.labels),
+            Fate::Rejected => report::breaker_rejected(self.inner.labels),
             Fate::Cancelled(Admission::Closed(_)) => {}
         }
     }
@@ -993,7 +992,7 @@ impl Inner {
             link.wake();
         }
         match &self.member {
-            None => telemetry::breaker_transition(self.labels, from_state, to_state, forced),
+            None => report::breaker_transition(self.labels, from_state, to_state, forced),
             Some(member) => member.transition(from_state, to_state, forced),
         }
         if from_state != to_state {

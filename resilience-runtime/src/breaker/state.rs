@@ -71,9 +71,8 @@ pub(crate) const CLOSED: u64 = 0b00;
 pub(crate) const HALF_OPEN: u64 = 0b01;
 pub(crate) const OPEN: u64 = 0b10;
 pub(crate) const FORCED: u64 = 0b100;
-pub(crate) const PRECISE: u64 = 0b1000;
-pub(crate) const NO_TICKER: u64 = 0b1_0000;
-pub(crate) const THREAD: u64 = 0b10_0000;
+// The tickers' bits, kept in every ticked word alike.
+pub(crate) use crate::striped::{NO_TICKER, PRECISE, THREAD};
 /// Bits that send calls to read the clock; only the tickers change them.
 pub(crate) const CLOCK_BITS: u64 = PRECISE | NO_TICKER;
 /// Bits that only the tickers change; transitions keep them as they are.

@@ -82,7 +82,6 @@
 //! [`Error::RetryInsideTransaction`]: crate::Error::RetryInsideTransaction
 
 mod classify;
-pub(crate) mod scope;
 mod transaction;
 
 pub use transaction::{BoxFuture, Isolation, Transaction, transaction};

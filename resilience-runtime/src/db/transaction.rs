@@ -8,8 +8,8 @@ use std::pin::Pin;
 use sqlx::{PgConnection, PgPool};
 use tokio::time::Instant;
 
-use super::scope;
 use crate::error::Error;
+use crate::retry::no_retry;
 use crate::retry::{Classify, Policy};
 
 /// The future of one run of a transaction's closure, borrowing the
@@ -182,7 +182,7 @@ impl<'p> Transaction<'p> {
             .retry(move || async move {
                 let mut f = f.lock().await;
                 let mut tx = this.pool.begin_with(this.isolation.begin()).await?;
-                let result = scope::open(bound(until), (*f)(&mut tx)).await;
+                let result = no_retry::open(bound(until), (*f)(&mut tx)).await;
                 finish(tx, result).await
             })
             .await
@@ -233,14 +233,14 @@ impl<'p> Transaction<'p> {
         E: From<sqlx::Error>,
     {
         let mut tx = self.pool.begin_with(self.isolation.begin()).await?;
-        let result = scope::open(bound(until), f(&mut tx)).await;
+        let result = no_retry::open(bound(until), f(&mut tx)).await;
         finish(tx, result).await
     }
 }
 
 /// The transaction's time bound, or an hour when the budget is too long to
 /// represent (no policy reaches it): a deadline must be in scope for the
-/// guard, see `scope`.
+/// guard, see `retry::no_retry`.
 fn bound(until: Option<Instant>) -> Instant {
     until.unwrap_or_else(|| Instant::now() + std::time::Duration::from_secs(3600))
 }

@@ -6,12 +6,12 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 use tokio::time::Instant;
 
-use super::report::Report;
+use super::report::{self, Report};
 use super::vegas::{Vegas, VegasConfig};
 use super::{Priority, sample_of};
 use crate::error::{ConfigError, Overloaded, ShedBy};
 use crate::retry::{Classify, FromRuntimeError, Verdict};
-use crate::telemetry::{self, Labels};
+use crate::telemetry::Labels;
 
 /// An adaptive concurrency limit: at most `limit` calls in flight, the
 /// limit learnt from the latency of the calls themselves by TCP Vegas
@@ -63,7 +63,7 @@ impl AdaptiveLimit {
     /// A limit named `name` (the `target` label of its metrics), after
     /// checking `config`.
     pub fn new(name: &'static str, config: VegasConfig) -> Result<Self, ConfigError> {
-        Self::new_in(crate::registry::UNKNOWN_SERVICE, name, config)
+        Self::new_in(crate::telemetry::UNKNOWN_SERVICE, name, config)
     }
 
     /// [`new`](Self::new), for the service `service`.
@@ -76,7 +76,7 @@ impl AdaptiveLimit {
             .validate()
             .map_err(|err| err.with_subject(format!("adaptive concurrency limit `{name}`")))?;
         let labels = Labels::new(service, name);
-        telemetry::limit_changed(labels, config.initial_limit());
+        report::limit_changed(labels, config.initial_limit());
         Ok(Self {
             vegas: Vegas::new(config),
             in_flight: AtomicU32::new(0),
@@ -130,7 +130,7 @@ impl AdaptiveLimit {
                 Err(actual) => before = actual,
             }
         }
-        telemetry::limit_in_flight(self.report.labels(), before + 1);
+        report::limit_in_flight(self.report.labels(), before + 1);
         Ok(LimitPermit {
             limit: Some(self),
             start: Instant::now(),
@@ -156,12 +156,12 @@ impl AdaptiveLimit {
     fn release(&self, sample: Option<(std::time::Duration, u32, bool)>) {
         // As a bulkhead's: set by admissions, and by the last release.
         if self.in_flight.fetch_sub(1, Ordering::Release) == 1 {
-            telemetry::limit_in_flight(self.report.labels(), 0);
+            report::limit_in_flight(self.report.labels(), 0);
         }
         if let Some((rtt, in_flight, dropped)) = sample
             && let Some(limit) = self.vegas.sample(rtt, in_flight, dropped)
         {
-            telemetry::limit_changed(self.report.labels(), limit);
+            report::limit_changed(self.report.labels(), limit);
         }
     }
 }

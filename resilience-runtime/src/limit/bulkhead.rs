@@ -8,10 +8,10 @@ use std::time::Duration;
 use tokio::sync::Notify;
 
 use super::Priority;
-use super::report::Report;
+use super::report::{self, Report};
 use crate::error::{ConfigError, Overloaded, ShedBy};
 use crate::retry::FromRuntimeError;
-use crate::telemetry::{self, Labels};
+use crate::telemetry::Labels;
 
 /// At most `max` calls in flight to one dependency; the next is shed with
 /// [`Overloaded`], at once or after waiting at most
@@ -80,7 +80,7 @@ impl Bulkhead {
     ///
     /// A `max` of 0, which would shed every call.
     pub fn new(name: &'static str, max: u32) -> Result<Self, ConfigError> {
-        Self::new_in(crate::registry::UNKNOWN_SERVICE, name, max)
+        Self::new_in(crate::telemetry::UNKNOWN_SERVICE, name, max)
     }
 
     pub(crate) fn new_in(
@@ -97,7 +97,7 @@ impl Bulkhead {
             ));
         }
         let labels = Labels::new(service, name);
-        telemetry::limit_changed(labels, max);
+        report::limit_changed(labels, max);
         Ok(Self {
             max,
             shares: Priority::ALL.map(|priority| priority.share(max)),
@@ -183,9 +183,9 @@ impl Bulkhead {
                 Err(actual) => before = actual,
             }
         }
-        let recording = telemetry::limit_recording();
+        let recording = report::limit_recording();
         if recording {
-            telemetry::limit_in_flight(self.report.labels(), (before & IN_FLIGHT) as u32 + 1);
+            report::limit_in_flight(self.report.labels(), (before & IN_FLIGHT) as u32 + 1);
         }
         Some(BulkheadPermit {
             bulkhead: self,
@@ -259,7 +259,7 @@ impl Bulkhead {
         // The gauge is set by every admission; a release sets it only when
         // the last call leaves, so that an idle limiter reads 0.
         if recording && before & IN_FLIGHT == 1 {
-            telemetry::limit_in_flight(self.report.labels(), 0);
+            report::limit_in_flight(self.report.labels(), 0);
         }
     }
 

@@ -122,7 +122,7 @@ impl LimitConfig {
     /// The limiter `name` (the `target` of its metrics), after checking
     /// every part.
     pub fn build(&self, name: &'static str) -> Result<Limiter, ConfigError> {
-        self.build_in(crate::registry::UNKNOWN_SERVICE, name)
+        self.build_in(crate::telemetry::UNKNOWN_SERVICE, name)
     }
 
     pub(crate) fn build_in(

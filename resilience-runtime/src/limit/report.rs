@@ -1,5 +1,6 @@
 //! What a limiter reports: its limit and calls in flight, each call it
-//! sheds, and a WARN when it starts shedding.
+//! sheds, and a WARN when it starts shedding, as the
+//! [`telemetry`](crate::telemetry) names them.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -8,7 +9,9 @@ use tokio::time::Instant;
 
 use super::Priority;
 use crate::error::{Overloaded, ShedBy};
-use crate::telemetry::{self, Labels};
+use crate::telemetry::{
+    CONCURRENCY_LIMIT, IN_FLIGHT, Labels, SHED_TOTAL, THROTTLE_PROBABILITY, emit,
+};
 
 /// How often a limiter that keeps shedding repeats its WARN.
 pub(crate) const WARN_EVERY: Duration = Duration::from_secs(60);
@@ -51,7 +54,7 @@ impl Report {
     /// Reads the clock: a shed call is never on the fast path.
     #[cold]
     pub(crate) fn shed(&self, priority: Priority, limit: u32) -> Overloaded {
-        telemetry::limit_shed(self.labels, self.by, priority);
+        limit_shed(self.labels, self.by, priority);
         let shed = self.shed_since.fetch_add(1, Ordering::Relaxed) + 1;
         let now = crate::duration_nanos(self.born.elapsed()) + 1;
         let last = self.warned_at.load(Ordering::Relaxed);
@@ -208,4 +211,39 @@ mod tests {
                 });
         assert_eq!(in_flight, Some(0.0));
     }
+}
+
+/// A limit was set or changed.
+pub(crate) fn limit_changed(labels: Labels, limit: u32) {
+    emit::gauge(CONCURRENCY_LIMIT, labels, f64::from(limit));
+}
+
+/// Whether the calls in flight are recorded here now: asked once by a
+/// bulkhead's admission, whose release then asks nothing more when
+/// nothing records (BENCHMARKS.md, *Load limiting*: each check is about
+/// 2.5 ns of an uncontended acquire + release).
+#[inline(always)]
+pub(crate) fn limit_recording() -> bool {
+    emit::active()
+}
+
+/// The calls in flight changed: one check without a recorder.
+#[inline(always)]
+pub(crate) fn limit_in_flight(labels: Labels, in_flight: u32) {
+    emit::gauge(IN_FLIGHT, labels, f64::from(in_flight));
+}
+
+/// A call was shed.
+pub(crate) fn limit_shed(labels: Labels, by: ShedBy, priority: Priority) {
+    emit::increment_unscoped(
+        SHED_TOTAL,
+        labels,
+        &[("by", by.as_str()), ("priority", priority.as_str())],
+    );
+}
+
+/// The throttle's probability, read at an admission.
+#[inline(always)]
+pub(crate) fn throttle_probability(labels: Labels, probability: f64) {
+    emit::gauge(THROTTLE_PROBABILITY, labels, probability);
 }

@@ -8,11 +8,11 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::report::Report;
+use super::report::{self, Report};
 use super::{Priority, sample_of};
 use crate::error::{ConfigError, Overloaded, ShedBy};
 use crate::retry::{Classify, FromRuntimeError, Verdict};
-use crate::telemetry::{self, Labels};
+use crate::telemetry::Labels;
 
 /// Buckets of the sliding window.
 const BUCKETS: usize = 20;
@@ -168,7 +168,7 @@ impl Throttle {
     /// A throttle named `name` (the `target` label of its metrics), after
     /// checking `config`.
     pub fn new(name: &'static str, config: ThrottleConfig) -> Result<Self, ConfigError> {
-        Self::new_in(crate::registry::UNKNOWN_SERVICE, name, config)
+        Self::new_in(crate::telemetry::UNKNOWN_SERVICE, name, config)
     }
 
     pub(crate) fn new_in(
@@ -240,7 +240,7 @@ impl Throttle {
         draw: f64,
     ) -> Result<ThrottleTicket<'_>, Overloaded> {
         let probability = self.probability();
-        telemetry::throttle_probability(self.report.labels(), probability);
+        report::throttle_probability(self.report.labels(), probability);
         let probability = match priority {
             Priority::Critical => 0.0,
             Priority::Default => probability,

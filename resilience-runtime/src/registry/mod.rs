@@ -160,7 +160,7 @@ type Hook = std::sync::Arc<
 pub const CONFIG_ENV: &str = "RESILIENCE_CONFIG";
 
 /// The `service` label when none is configured (OpenTelemetry's default).
-pub const UNKNOWN_SERVICE: &str = "unknown_service";
+pub const UNKNOWN_SERVICE: &str = crate::telemetry::UNKNOWN_SERVICE;
 
 static GLOBAL: OnceLock<Registry> = OnceLock::new();
 
@@ -204,7 +204,10 @@ pub fn parse_duration(text: &str) -> Result<std::time::Duration, ConfigError> {
 pub fn global() -> &'static Registry {
     GLOBAL.get_or_init(|| {
         match Registry::builder().from_env().and_then(RegistryBuilder::build_checked) {
-            Ok(registry) => registry,
+            Ok(registry) => {
+                crate::telemetry::publish_service(registry.service());
+                registry
+            }
             Err(err) => panic!(
                 "resilience: the config file named by {CONFIG_ENV} is not valid, and no registry was installed: {err}"
             ),
@@ -231,6 +234,7 @@ pub fn global() -> &'static Registry {
 /// any call.
 pub fn install(registry: Registry) -> Result<&'static Registry, ConfigError> {
     registry.check_sites()?;
+    let service = registry.service();
     GLOBAL.set(registry).map_err(|_| {
         ConfigError::new(
             "resilience registry",
@@ -239,6 +243,7 @@ pub fn install(registry: Registry) -> Result<&'static Registry, ConfigError> {
             "the global registry already exists (installed earlier, or created by a first protected call); install it once, at startup, before any call",
         )
     })?;
+    crate::telemetry::publish_service(service);
     Ok(global())
 }
 

@@ -295,10 +295,11 @@ impl<R, P: Borrow<Policy>, S: Slot> Attempts<R, P, S> {
 
     #[inline(never)]
     fn begin_timed(&mut self, deadline: Option<Instant>) -> Result<Option<(Instant, Cut)>, GiveUp> {
-        // Inside a transaction opened by `db::transaction` a deadline is
-        // always in scope, so only this timed path needs to look.
+        // Inside a `no_retry` region (a transaction opened by
+        // `db::transaction`) a deadline is always in scope, so only this
+        // timed path needs to look.
         #[cfg(feature = "sqlx-postgres")]
-        if deadline.is_some() && crate::db::scope::in_transaction() {
+        if deadline.is_some() && super::no_retry::inside() {
             return Err(GiveUp::InTransaction);
         }
         let timeout = self.policy().attempt_timeout();

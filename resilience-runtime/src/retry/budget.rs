@@ -36,8 +36,8 @@ use std::fmt;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use crate::breaker::timed::{Ticked, TimedWindow};
 use crate::error::ConfigError;
+use crate::striped::timed::{Ticked, TimedWindow};
 
 /// Buckets of a budget's window: deposits leave it a tenth of `ttl` at a
 /// time.

@@ -38,7 +38,8 @@
 //!
 //! Each attempt after the first is logged at DEBUG (target
 //! `resilience::hedge`) and counted in
-//! [`http_client_hedges_total{service,target}`](crate::telemetry::HEDGES_TOTAL).
+//! [`http_client_hedges_total{service,target}`](crate::telemetry::HEDGES_TOTAL)
+//! (by [`Policy::hedge`], through a hook: the count is `telemetry`'s).
 //! A breaker around the call counts one outcome: the hedged call's.
 //!
 //! ```
@@ -76,7 +77,6 @@ use tokio::time::{Instant, sleep_until};
 
 use super::{Attempts, Classify, DefaultRng, FromRuntimeError, GiveUp, NotKept, Policy, layer};
 use crate::error::ConfigError;
-use crate::telemetry::{self, Labels};
 
 /// The most attempts a hedged call may make: each is one more request to
 /// the dependency, all of them in flight at once.
@@ -154,11 +154,15 @@ impl Hedge {
 }
 
 impl Policy {
-    /// Runs `op` hedged by `hedge` under this policy's `max_elapsed` and
-    /// retry budget; see the [module docs](super::hedge) for the rules.
-    /// The policy's attempt count, backoff and per-attempt timeout do not
-    /// apply: the hedge's `max` and `delay` take their place.
-    pub async fn hedge<F, Fut, T, E>(&self, hedge: Hedge, mut op: F) -> Result<T, E>
+    /// Runs `op` hedged by `hedge`, calling `on_hedge` for each attempt
+    /// after the first: the core of [`Policy::hedge`], which is
+    /// `telemetry`'s, since it counts each hedge in a metric.
+    pub(crate) async fn hedge_with<F, Fut, T, E>(
+        &self,
+        hedge: Hedge,
+        mut op: F,
+        mut on_hedge: impl FnMut(),
+    ) -> Result<T, E>
     where
         F: FnMut() -> Fut,
         Fut: Future<Output = Result<T, E>>,
@@ -241,7 +245,7 @@ impl Policy {
                 match attempts.hedge() {
                     Ok(()) => {
                         tracing::debug!(target: "resilience::hedge", name = hedge.name, attempt = attempts.attempt(), in_flight = in_flight + 1, "hedging: another attempt");
-                        telemetry::hedge(Labels::of(hedge.name));
+                        on_hedge();
                         others.push(Box::pin(op()));
                         hedge_timer.as_mut().reset(Instant::now() + hedge.delay);
                         continue;

@@ -52,6 +52,8 @@ mod classify;
 mod executor;
 pub mod hedge;
 pub mod layer;
+#[cfg(feature = "sqlx-postgres")]
+pub(crate) mod no_retry;
 mod policy;
 mod retry_after;
 

@@ -4,6 +4,21 @@ use crate::retry::{Classify, Reason};
 
 use super::{FALLBACKS_TOTAL, emit};
 
+/// The `service` label when none is configured (OpenTelemetry's default);
+/// `registry::UNKNOWN_SERVICE` names it for users.
+pub(crate) const UNKNOWN_SERVICE: &str = "unknown_service";
+
+/// This process's `service`: the global registry's, which it publishes
+/// here when it is installed or created (see [`publish_service`]).
+static SERVICE: std::sync::OnceLock<&'static str> = std::sync::OnceLock::new();
+
+/// Makes `service` the one of [`Labels::of`], once per process: called by
+/// the registry as it becomes the global one, so that labels need not
+/// look the registry up.
+pub(crate) fn publish_service(service: &'static str) {
+    let _ = SERVICE.set(service);
+}
+
 /// The `service` and `target` labels shared by every metric of one
 /// dependency.
 ///
@@ -32,7 +47,11 @@ impl Labels {
 
     /// The labels of `target` for this process: `service` is the one of
     /// the [global registry](crate::registry::global), from the startup
-    /// configuration (`"unknown_service"` when none is configured).
+    /// configuration, once that registry is installed or created
+    /// (`"unknown_service"` before, and when none is configured).
+    ///
+    /// It reads what the registry published when it became the global one:
+    /// no registry is looked up or created here.
     ///
     /// ```
     /// use resilience::registry::Registry;
@@ -43,7 +62,7 @@ impl Labels {
     /// # Ok::<(), resilience::ConfigError>(())
     /// ```
     pub fn of(target: &'static str) -> Self {
-        Self::new(crate::registry::global().service(), target)
+        Self::new(SERVICE.get().copied().unwrap_or(UNKNOWN_SERVICE), target)
     }
 
     /// The `service` label: the calling application.

@@ -106,26 +106,18 @@
 //!     .init();
 //! ```
 
-mod breaker;
 mod call;
-mod emit;
+pub(crate) mod emit;
+mod hedge;
 mod labels;
-mod limit;
 mod retries;
 #[cfg(all(test, feature = "metrics"))]
 mod tests;
 
-#[cfg(feature = "breaker-redis")]
-pub(crate) use breaker::breaker_shared_fallback;
-pub(crate) use breaker::{
-    breaker_created, breaker_rejected, breaker_transition, family_state, member_transition,
-};
 pub use call::{CallScope, Entered, Observed, observe};
 pub use emit::{describe, recorder_installed};
 pub use labels::{AttemptResult, Fallback, Labels, Status, attempt_label, fallback};
-pub(crate) use limit::{
-    limit_changed, limit_in_flight, limit_recording, limit_shed, throttle_probability,
-};
+pub(crate) use labels::{UNKNOWN_SERVICE, publish_service};
 pub use retries::RetryMetrics;
 
 /// `http_client_retries_total{service,target,attempt,result}`: a counter, one
@@ -202,11 +194,6 @@ pub const METRICS: &[&str] = &[
     SHED_TOTAL,
     THROTTLE_PROBABILITY,
 ];
-
-/// Counts one hedge of the call labelled `labels`.
-pub(crate) fn hedge(labels: Labels) {
-    emit::increment(HEDGES_TOTAL, labels, &[]);
-}
 
 /// Histogram buckets for [`REQUEST_DURATION_SECONDS`], in seconds: from a
 /// fast local answer (5 ms) to a whole retry chain (at most 5 s under the

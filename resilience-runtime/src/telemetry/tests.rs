@@ -10,6 +10,7 @@ use std::time::Duration;
 use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
 
 use super::*;
+use crate::breaker::report::{breaker_created, breaker_rejected, breaker_transition};
 use crate::retry::{Classify, HttpStatus, Policy, Reason, Verdict};
 use crate::{DependencyDown, Error, deadline};
 

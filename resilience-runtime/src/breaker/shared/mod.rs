@@ -47,7 +47,7 @@ pub(crate) struct Link {
 
 impl Link {
     pub(crate) fn new(sharing: Sharing, labels: Labels) -> Link {
-        crate::telemetry::breaker_shared_fallback(labels, true);
+        crate::breaker::report::breaker_shared_fallback(labels, true);
         Link {
             sharing,
             joined: AtomicBool::new(false),

@@ -254,7 +254,7 @@ impl Engine {
         }
         self.follow(inner, link, word, reply);
         if !link.joined.swap(true, AcqRel) {
-            crate::telemetry::breaker_shared_fallback(inner.labels, false);
+            crate::breaker::report::breaker_shared_fallback(inner.labels, false);
             if self.warned {
                 tracing::warn!(
                     target: "resilience",
@@ -322,7 +322,7 @@ impl Engine {
             self.warned = true;
         }
         if was_joined {
-            crate::telemetry::breaker_shared_fallback(inner.labels, true);
+            crate::breaker::report::breaker_shared_fallback(inner.labels, true);
         }
     }
 

@@ -28,28 +28,12 @@ use tokio::runtime::{Handle, Id};
 use tokio::sync::Notify;
 use tokio::time::{Instant, sleep_until};
 
-use super::Inner;
-use super::config::Window;
-use super::state::{NO_TICKER, OPEN, PRECISE, Word};
-use super::sync::{AtomicU64, Ordering::*};
+use super::sync::Ordering::*;
 pub(crate) use super::timed::Ticked;
+use super::{NO_TICKER, PRECISE};
 
-impl Ticked for Inner {
-    fn word(&self) -> &AtomicU64 {
-        &self.state
-    }
-    fn origin(&self) -> Instant {
-        self.origin
-    }
-    fn maintain(&self, now: u64) {
-        Inner::maintain(self, now);
-    }
-    fn next_event(&self, now: u64) -> u64 {
-        self.next_breaker_event(now)
-    }
-}
-
-const EARLY: u64 = 1_000_000;
+/// How long before an event the ticker raises `PRECISE`.
+pub(crate) const EARLY: u64 = 1_000_000;
 
 /// The ticker of each runtime that has one.
 static TICKERS: Mutex<Vec<(Id, Arc<Shared>)>> = Mutex::new(Vec::new());
@@ -70,7 +54,7 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 
 /// Has the ticker of the runtime of `handle` drive `breaker` from now on,
 /// starting that ticker if the runtime has none yet.
-pub(super) fn register(handle: &Handle, breaker: Weak<dyn Ticked>) {
+pub(crate) fn register(handle: &Handle, breaker: Weak<dyn Ticked>) {
     let id = handle.id();
     let (shared, start) = {
         let mut tickers = lock(&TICKERS);
@@ -99,7 +83,7 @@ pub(super) fn register(handle: &Handle, breaker: Weak<dyn Ticked>) {
 }
 
 /// One breaker on a ticker's list, and when it next needs the ticker.
-pub(super) struct Entry {
+pub(crate) struct Entry {
     breaker: Weak<dyn Ticked>,
     /// When to raise `PRECISE`.
     early: Instant,
@@ -110,7 +94,7 @@ pub(super) struct Entry {
 
 impl Entry {
     /// Moves `inner` to `now` and plans its next event.
-    pub(super) fn new(breaker: Weak<dyn Ticked>, inner: &dyn Ticked) -> Entry {
+    pub(crate) fn new(breaker: Weak<dyn Ticked>, inner: &dyn Ticked) -> Entry {
         let now = inner.now();
         inner.maintain(now);
         let next = inner.next_event(now);
@@ -163,7 +147,7 @@ impl Driven {
 impl Entry {
     /// The breaker `inner` (this entry's) at `now`: what is due is done.
     /// Returns when the entry is next due.
-    pub(super) fn step(&mut self, inner: &dyn Ticked, now: Instant) -> Instant {
+    pub(crate) fn step(&mut self, inner: &dyn Ticked, now: Instant) -> Instant {
         if now >= self.at {
             let breaker = self.breaker.clone();
             *self = Entry::new(breaker, inner);
@@ -177,7 +161,7 @@ impl Entry {
     }
 
     /// The breaker this entry drives, if it is still alive.
-    pub(super) fn breaker(&self) -> Option<Arc<dyn Ticked>> {
+    pub(crate) fn breaker(&self) -> Option<Arc<dyn Ticked>> {
         self.breaker.upgrade()
     }
 }
@@ -222,26 +206,5 @@ async fn run(mut driven: Driven) {
             }
         })
         .await;
-    }
-}
-
-impl Inner {
-    /// When the ticker must next wake: the next bucket boundary, the end of
-    /// the cooldown, and in any case before a cooldown that starts now
-    /// could end.
-    fn next_breaker_event(&self, now: u64) -> u64 {
-        let cooldown = crate::duration_nanos(self.config.cooldown());
-        let mut next = now.saturating_add((cooldown / 2).max(EARLY));
-        if let Window::Time(_) = self.config.window() {
-            next = next.min((now / self.bucket_width + 1).saturating_mul(self.bucket_width));
-        }
-        let word = Word(self.state.load(Acquire));
-        if word.kind() == OPEN && !word.forced() {
-            let until = self.open_until.load(Acquire);
-            if until > now {
-                next = next.min(until);
-            }
-        }
-        next.max(now + 1)
     }
 }

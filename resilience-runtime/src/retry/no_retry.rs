@@ -1,17 +1,22 @@
-//! The marker of a transaction opened by [`Transaction`](super::Transaction),
-//! read by every retry chain before its first attempt.
+//! A region where no retry chain may start, read by every chain before its
+//! first attempt: the body of a database transaction opened by
+//! `db::Transaction`, whose refusal is [`GiveUp::InTransaction`](super::GiveUp::InTransaction).
 //!
 //! A retry inside a transaction holds the transaction's locks through each
 //! pause, and everyone waiting on those rows waits with it. The guard is a
-//! thread-local flag set only while the transaction's closure is being
-//! polled, like the caller's deadline (see [`deadline`](crate::deadline)):
-//! it follows the task that opened the transaction and nothing else, not
-//! another task on the same thread, not a task spawned from inside.
+//! thread-local flag set only while the region's future is being polled,
+//! like the caller's deadline (see [`deadline`](crate::deadline)): it
+//! follows the task that opened the region and nothing else, not another
+//! task on the same thread, not a task spawned from inside.
 //!
-//! It costs the retry chains outside transactions nothing: the closure also
-//! runs under a deadline (the transaction's own time bound), so a chain
-//! started inside it never takes the untimed fast path, and the flag is
-//! read only on the timed path, when a deadline is in scope.
+//! It lives here rather than with the database integration so that the
+//! retry core knows no integration: the transaction helper opens a region,
+//! the chains read it.
+//!
+//! It costs the retry chains outside such a region nothing: its future
+//! also runs under a deadline (the transaction's own time bound), so a
+//! chain started inside it never takes the untimed fast path, and the flag
+//! is read only on the timed path, when a deadline is in scope.
 
 use std::cell::Cell;
 use std::future::Future;
@@ -27,16 +32,16 @@ thread_local! {
     static OPEN: Cell<bool> = const { Cell::new(false) };
 }
 
-/// Whether the code running now is inside the closure of a transaction
-/// opened by [`Transaction`](super::Transaction). A deadline is always in
-/// scope there: read this only when [`deadline::current`] is `Some`.
+/// Whether the code running now is inside a region [`open`]ed here. A
+/// deadline is always in scope there: read this only when
+/// [`deadline::current`] is `Some`.
 #[inline]
-pub(crate) fn in_transaction() -> bool {
+pub(crate) fn inside() -> bool {
     OPEN.get()
 }
 
 pin_project! {
-    /// A future polled with the transaction marker set.
+    /// A future polled with the marker set.
     #[derive(Debug)]
     #[must_use = "futures do nothing unless `.await`ed"]
     pub(crate) struct Open<F> {
@@ -61,8 +66,9 @@ impl<F: Future> Future for Open<F> {
     }
 }
 
-/// Runs `fut`, the body of a transaction, with the marker set and under
-/// the deadline `until` (or the caller's, when that one is earlier).
+/// Runs `fut`, the body of a transaction, as a region where no retry
+/// starts, under the deadline `until` (or the caller's, when that one is
+/// earlier).
 pub(crate) fn open<F: Future>(until: Instant, fut: F) -> WithDeadline<Open<F>> {
     deadline::with_deadline(until, Open { inner: fut })
 }
@@ -74,16 +80,16 @@ mod tests {
 
     #[tokio::test(flavor = "current_thread")]
     async fn the_marker_is_set_inside_only_and_a_deadline_with_it() {
-        assert!(!in_transaction());
+        assert!(!inside());
         let until = Instant::now() + Duration::from_secs(5);
         let (open, deadline) = open(until, async {
             tokio::task::yield_now().await;
-            (in_transaction(), deadline::current())
+            (inside(), deadline::current())
         })
         .await;
         assert!(open);
         assert_eq!(deadline, Some(until));
-        assert!(!in_transaction());
+        assert!(!inside());
     }
 
     #[tokio::test(flavor = "current_thread")]
@@ -91,13 +97,13 @@ mod tests {
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
         let other = tokio::spawn(async move {
             rx.await.unwrap();
-            in_transaction()
+            inside()
         });
         let until = Instant::now() + Duration::from_secs(5);
         let spawned = open(until, async {
             tx.send(()).unwrap();
             tokio::task::yield_now().await;
-            tokio::spawn(async { in_transaction() }).await.unwrap()
+            tokio::spawn(async { inside() }).await.unwrap()
         })
         .await;
         assert!(!spawned);

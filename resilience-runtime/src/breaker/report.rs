@@ -1,10 +1,11 @@
-//! What the circuit breaker reports: its state, trips and rejections.
+//! What the circuit breaker reports: its state, trips and rejections, as
+//! the [`telemetry`](crate::telemetry) names them.
 
-#[cfg(feature = "breaker-redis")]
-use super::BREAKER_SHARED_FALLBACK;
-use super::{BREAKER_STATE, BREAKER_TRIPS_TOTAL, DEPENDENCY_ERRORS_TOTAL, Labels, emit};
-use crate::breaker::State;
+use super::State;
 use crate::retry::Reason;
+#[cfg(feature = "breaker-redis")]
+use crate::telemetry::BREAKER_SHARED_FALLBACK;
+use crate::telemetry::{BREAKER_STATE, BREAKER_TRIPS_TOTAL, DEPENDENCY_ERRORS_TOTAL, Labels, emit};
 
 /// A breaker was built: export its initial state, so the gauge exists
 /// before the first transition.

@@ -10,7 +10,7 @@
 //! window". A failure
 //! thus leaves the window one bucket (a tenth of it) at a time.
 
-use super::config::BUCKETS;
+use super::BUCKETS;
 use super::owner::{self, OWNED};
 
 /// The owned stripes of a window with one per owning thread.

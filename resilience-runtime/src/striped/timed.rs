@@ -14,10 +14,9 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::config::BUCKETS;
-use super::state::{NO_TICKER, THREAD};
 use super::sync::{AtomicU64, Ordering::*};
 use super::window::SlidingWindow;
+use super::{BUCKETS, NO_TICKER, THREAD};
 #[cfg(not(loom))]
 use super::{thread_ticker, ticker};
 
@@ -26,7 +25,7 @@ use super::{thread_ticker, ticker};
 #[cfg_attr(loom, allow(dead_code))]
 pub(crate) trait Ticked: Send + Sync {
     /// The word whose `PRECISE`, `NO_TICKER` and `THREAD` bits the tickers
-    /// own (see [`state`](super::state)).
+    /// own (see [the module](super)).
     fn word(&self) -> &AtomicU64;
     /// The instant its nanoseconds count from.
     fn origin(&self) -> Instant;

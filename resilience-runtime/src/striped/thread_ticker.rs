@@ -25,9 +25,9 @@ use std::sync::{Condvar, Mutex, MutexGuard, OnceLock, PoisonError, Weak};
 
 use tokio::time::Instant;
 
-use super::state::{NO_TICKER, PRECISE, THREAD};
 use super::sync::Ordering::*;
 use super::ticker::{Entry, Ticked};
+use super::{NO_TICKER, PRECISE, THREAD};
 
 /// Breakers registered since the thread last looked, and its wake-up.
 struct Shared {
@@ -49,7 +49,7 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 /// Whether the thread runs, starting it at the first call.
-pub(super) fn running() -> bool {
+pub(crate) fn running() -> bool {
     STARTED.get_or_init(|| {
         ALIVE.store(true, Release);
         let spawned = std::thread::Builder::new()
@@ -64,7 +64,7 @@ pub(super) fn running() -> bool {
 
 /// Has the thread drive `breaker`, which carries `THREAD` already; `false`
 /// when the thread is gone (the caller then reads the clock).
-pub(super) fn register(breaker: Weak<dyn Ticked>) -> bool {
+pub(crate) fn register(breaker: Weak<dyn Ticked>) -> bool {
     let mut pending = lock(&SHARED.pending);
     // Under the lock, which the dying thread takes to mark what it leaves.
     if !ALIVE.load(Acquire) {
@@ -77,13 +77,13 @@ pub(super) fn register(breaker: Weak<dyn Ticked>) -> bool {
 
 /// The breakers a ticker thread drives.
 #[derive(Default)]
-pub(super) struct Driven {
+pub(crate) struct Driven {
     entries: Vec<Entry>,
 }
 
 impl Driven {
     /// Takes `breakers` on.
-    pub(super) fn adopt(&mut self, breakers: Vec<Weak<dyn Ticked>>) {
+    pub(crate) fn adopt(&mut self, breakers: Vec<Weak<dyn Ticked>>) {
         for breaker in breakers {
             if let Some(inner) = breaker.upgrade() {
                 self.entries.push(Entry::new(breaker, &*inner));
@@ -93,7 +93,7 @@ impl Driven {
 
     /// Does what is due at `now`, forgets the breakers dropped or handed to
     /// a runtime meanwhile, and says when something is next due.
-    pub(super) fn tick(&mut self, now: Instant) -> Option<Instant> {
+    pub(crate) fn tick(&mut self, now: Instant) -> Option<Instant> {
         let mut next: Option<Instant> = None;
         self.entries.retain_mut(|entry| {
             let Some(inner) = entry.breaker() else {
@@ -111,7 +111,7 @@ impl Driven {
 
     /// How many breakers it drives.
     #[cfg(test)]
-    pub(super) fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.entries.len()
     }
 }
@@ -172,7 +172,7 @@ fn run(shared: &'static Shared) {
 
 /// Marks `inner` as driven by the thread, if no ticker drives it; true when
 /// this call did (and must register it).
-pub(super) fn claim(inner: &dyn Ticked) -> bool {
+pub(crate) fn claim(inner: &dyn Ticked) -> bool {
     inner
         .word()
         .fetch_update(AcqRel, Acquire, |word| {
@@ -182,6 +182,6 @@ pub(super) fn claim(inner: &dyn Ticked) -> bool {
 }
 
 /// Undoes [`claim`] when the thread is gone.
-pub(super) fn unclaim(inner: &dyn Ticked) {
+pub(crate) fn unclaim(inner: &dyn Ticked) {
     release(inner);
 }

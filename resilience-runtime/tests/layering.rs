@@ -1,0 +1,601 @@
+//! The layering drawn at the top of `src/lib.rs`, enforced: no module of
+//! the runtime imports from a layer above its own, and no two top-level
+//! modules import each other, directly or through others.
+//!
+//! The map is read from `lib.rs` itself (its `| layer | modules |` table),
+//! so the picture and the rule cannot drift apart. Every `crate::…`,
+//! `$crate::…` and `super::…` path that reaches another top-level module
+//! counts, in `use` lines and in code alike; doc comments, comments and
+//! string literals do not, nor does test-only code (`#[cfg(test)]` items
+//! and the files they declare): a test may build what sits above its
+//! module to watch it from there.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt::Write as _;
+use std::fs;
+use std::path::{Path, PathBuf};
+
+const SRC: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/src");
+
+/// What `lib.rs` declares: its top-level modules (from files), and the
+/// names it re-exports at the root (`crate::Error`), by module.
+struct Crate {
+    modules: BTreeSet<String>,
+    reexports: BTreeMap<String, String>,
+}
+
+impl Crate {
+    fn read() -> Crate {
+        let lib = fs::read_to_string(Path::new(SRC).join("lib.rs")).unwrap();
+        let mut modules = BTreeSet::new();
+        let mut reexports = BTreeMap::new();
+        for line in lib.lines().map(str::trim) {
+            if let Some(rest) = line
+                .strip_prefix("pub mod ")
+                .or_else(|| line.strip_prefix("pub(crate) mod "))
+                .or_else(|| line.strip_prefix("mod "))
+                && let Some(module) = rest.strip_suffix(';')
+            {
+                modules.insert(module.trim().to_owned());
+            }
+            if let Some(rest) = line.strip_prefix("pub use ")
+                && let Some((module, names)) = rest.trim_end_matches(';').split_once("::")
+            {
+                for name in names.trim_matches(|c| c == '{' || c == '}').split(',') {
+                    let name = name.trim().rsplit("::").next().unwrap();
+                    reexports.insert(name.to_owned(), module.to_owned());
+                }
+            }
+        }
+        Crate { modules, reexports }
+    }
+
+    /// The top-level module the root name `name` stands for, if any (an
+    /// item of `lib.rs` itself, such as `duration_nanos`, is ground).
+    fn module_of(&self, name: &str) -> Option<&str> {
+        self.modules
+            .get(name)
+            .or_else(|| self.reexports.get(name))
+            .map(String::as_str)
+    }
+}
+
+/// One reference from a file to a top-level module.
+#[derive(Debug, Clone)]
+struct Import {
+    file: String,
+    line: usize,
+    to: String,
+    text: String,
+}
+
+#[test]
+fn no_module_imports_from_a_layer_above_its_own() {
+    let layers = layers();
+    let krate = Crate::read();
+    let unmapped: Vec<_> = krate
+        .modules
+        .iter()
+        .filter(|module| !layers.contains_key(*module))
+        .collect();
+    assert!(
+        unmapped.is_empty(),
+        "top-level module(s) {unmapped:?} have no layer: add them to the layer table of src/lib.rs"
+    );
+    let mut broken = String::new();
+    for import in imports(&krate) {
+        let from = top_of(&import.file);
+        let (Some(&above), Some(&below)) = (layers.get(&import.to), layers.get(&from)) else {
+            continue;
+        };
+        if above > below {
+            writeln!(
+                broken,
+                "{}:{}: `{from}` (layer {below}) imports `{}` (layer {above}): a module imports only from its own layer or below\n    {}",
+                import.file, import.line, import.to, import.text
+            )
+            .unwrap();
+        }
+    }
+    assert!(broken.is_empty(), "imports against the layering:\n{broken}");
+}
+
+#[test]
+fn no_cycle_between_top_level_modules() {
+    let krate = Crate::read();
+    let mut edges: BTreeMap<String, BTreeMap<String, Import>> = BTreeMap::new();
+    for import in imports(&krate) {
+        let from = top_of(&import.file);
+        edges
+            .entry(from)
+            .or_default()
+            .entry(import.to.clone())
+            .or_insert(import);
+    }
+    let mut cycles = String::new();
+    for start in &krate.modules {
+        if let Some(path) = cycle_through(start, &edges) {
+            // Each cycle once: from its smallest module.
+            if path.iter().min() != Some(start) {
+                continue;
+            }
+            writeln!(cycles, "{}:", path.join(" -> ")).unwrap();
+            for pair in path.windows(2) {
+                let import = &edges[&pair[0]][&pair[1]];
+                writeln!(
+                    cycles,
+                    "    {}:{}: {}",
+                    import.file, import.line, import.text
+                )
+                .unwrap();
+            }
+        }
+    }
+    assert!(
+        cycles.is_empty(),
+        "top-level modules that import each other:\n{cycles}"
+    );
+}
+
+/// The check can fail: an upward import, a cycle, and test-only code are
+/// read as they should be.
+#[test]
+fn the_reader_sees_what_it_must_and_nothing_else() {
+    let modules = Crate {
+        modules: ["breaker", "registry", "retry", "telemetry"]
+            .map(String::from)
+            .into(),
+        reexports: [("Registry".to_owned(), "registry".to_owned())].into(),
+    };
+    let source = r##"
+//! [`Registry`](crate::registry::Registry) in a doc comment
+use crate::{retry::Policy, telemetry::Labels};
+fn f() -> &'static str { let _c = '"'; "crate::registry in a string" }
+const G: &str = r#"crate::registry"#;
+fn g() { super::registry::global(); }
+/* crate::registry in a block comment */
+#[cfg(test)]
+mod tests {
+    use crate::registry::Registry;
+}
+#[cfg(not(test))]
+use crate::Registry;
+"##;
+    let found = scan("breaker/mod.rs", source, &modules);
+    let found: Vec<_> = found.iter().map(|i| (i.to.as_str(), i.line)).collect();
+    assert_eq!(
+        found,
+        [
+            ("retry", 3),
+            ("telemetry", 3),
+            ("registry", 6),
+            ("registry", 13)
+        ]
+    );
+    let mut edges: BTreeMap<String, BTreeMap<String, Import>> = BTreeMap::new();
+    let import = |to: &str| Import {
+        file: String::new(),
+        line: 0,
+        to: to.to_owned(),
+        text: String::new(),
+    };
+    edges
+        .entry("a".into())
+        .or_default()
+        .insert("b".into(), import("b"));
+    edges
+        .entry("b".into())
+        .or_default()
+        .insert("c".into(), import("c"));
+    assert_eq!(cycle_through("a", &edges), None);
+    edges
+        .entry("c".into())
+        .or_default()
+        .insert("a".into(), import("a"));
+    assert_eq!(
+        cycle_through("a", &edges),
+        Some(vec!["a".into(), "b".into(), "c".into(), "a".into()])
+    );
+}
+
+/// The layer of each top-level module, from the table at the top of
+/// `lib.rs`: `//! | 3 name | `a`, `b` |`, layer 0 the ground.
+fn layers() -> BTreeMap<String, u32> {
+    let lib = fs::read_to_string(Path::new(SRC).join("lib.rs")).unwrap();
+    let mut layers = BTreeMap::new();
+    for line in lib.lines() {
+        let Some(row) = line.strip_prefix("//! |") else {
+            continue;
+        };
+        let mut cells = row.split('|');
+        let (Some(layer), Some(modules)) = (cells.next(), cells.next()) else {
+            continue;
+        };
+        let Some(Ok(layer)) = layer.split_whitespace().next().map(str::parse::<u32>) else {
+            continue;
+        };
+        for module in modules.split(',') {
+            let module = module.trim().trim_matches('`');
+            if !module.is_empty() {
+                layers.insert(module.to_owned(), layer);
+            }
+        }
+    }
+    assert!(
+        layers.len() > 5,
+        "no layer table found at the top of src/lib.rs: {layers:?}"
+    );
+    layers
+}
+
+/// The top-level module a file (relative to `src/`) belongs to.
+fn top_of(file: &str) -> String {
+    let first = file.split('/').next().unwrap();
+    first.strip_suffix(".rs").unwrap_or(first).to_owned()
+}
+
+/// Every reference to a top-level module from a file of `src/` outside
+/// `lib.rs`, test-only files left out.
+fn imports(krate: &Crate) -> Vec<Import> {
+    let mut files = Vec::new();
+    rust_files(Path::new(SRC), &mut files);
+    let mut sources = BTreeMap::new();
+    let mut test_only = BTreeSet::new();
+    for path in files {
+        let file = path
+            .strip_prefix(SRC)
+            .unwrap()
+            .to_string_lossy()
+            .replace('\\', "/");
+        if file == "lib.rs" {
+            continue;
+        }
+        let source = fs::read_to_string(&path).unwrap();
+        let (_, declared) = strip(&source);
+        let dir = match file.strip_suffix("mod.rs") {
+            Some(dir) => dir.to_owned(),
+            None => format!("{}/", file.strip_suffix(".rs").unwrap()),
+        };
+        for module in declared {
+            test_only.insert(format!("{dir}{module}.rs"));
+            test_only.insert(format!("{dir}{module}/"));
+        }
+        sources.insert(file, source);
+    }
+    sources
+        .iter()
+        .filter(|(file, _)| {
+            !test_only
+                .iter()
+                .any(|t| *file == t || (t.ends_with('/') && file.starts_with(t.as_str())))
+        })
+        .flat_map(|(file, source)| scan(file, source, krate))
+        .collect()
+}
+
+fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    for entry in fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            rust_files(&path, out);
+        } else if path.extension().is_some_and(|ext| ext == "rs") {
+            out.push(path);
+        }
+    }
+}
+
+/// The references of `source` (the file `file`, relative to `src/`) to
+/// other top-level modules.
+fn scan(file: &str, source: &str, krate: &Crate) -> Vec<Import> {
+    let (code, _) = strip(source);
+    let own = top_of(file);
+    // How deep the file's own module is below the crate root.
+    let depth = file.split('/').count() - usize::from(file.ends_with("mod.rs"));
+    let inline = inline_modules(&code);
+    let original: Vec<&str> = source.lines().collect();
+    let bytes = code.as_bytes();
+    let mut found = Vec::new();
+    let mut at = 0;
+    while at < code.len() {
+        let word_start = at == 0 || !is_ident(bytes[at - 1]);
+        let rest = &code[at..];
+        let mut targets = Vec::new();
+        let mut advance = 1;
+        if word_start && rest.starts_with("crate::") {
+            let (names, used) = heads(&rest["crate::".len()..]);
+            targets = names;
+            advance = "crate::".len() + used;
+        } else if word_start && rest.starts_with("super::") {
+            let mut supers = 0;
+            let mut tail = rest;
+            while let Some(next) = tail.strip_prefix("super::") {
+                supers += 1;
+                tail = next;
+            }
+            let nesting = depth + inline.iter().filter(|(s, e)| *s < at && at < *e).count();
+            if supers == nesting {
+                let (names, used) = heads(tail);
+                targets = names;
+                advance = rest.len() - tail.len() + used;
+            } else {
+                advance = rest.len() - tail.len();
+            }
+        }
+        for target in targets.iter().filter_map(|name| krate.module_of(name)) {
+            if target != own {
+                let line = code[..at].matches('\n').count() + 1;
+                found.push(Import {
+                    file: file.to_owned(),
+                    line,
+                    to: target.to_owned(),
+                    text: original[line - 1].trim().to_owned(),
+                });
+            }
+        }
+        at += advance.max(1);
+    }
+    found
+}
+
+fn is_ident(byte: u8) -> bool {
+    byte.is_ascii_alphanumeric() || byte == b'_'
+}
+
+/// The first segment of a path (`a::…`) or of each path of a group
+/// (`{a::…, b}`), and how many bytes were read.
+fn heads(path: &str) -> (Vec<String>, usize) {
+    let ident = |s: &str| -> String {
+        s.bytes()
+            .take_while(|&b| is_ident(b))
+            .map(char::from)
+            .collect()
+    };
+    let Some(group) = path.strip_prefix('{') else {
+        let name = ident(path);
+        let used = name.len();
+        return (vec![name], used);
+    };
+    let mut names = Vec::new();
+    let mut depth = 0;
+    let mut start = true;
+    for (i, c) in group.char_indices() {
+        match c {
+            '{' => depth += 1,
+            '}' if depth == 0 => return (names, i + 2),
+            '}' => depth -= 1,
+            ',' if depth == 0 => start = true,
+            c if c.is_whitespace() => {}
+            _ if start && depth == 0 => {
+                names.push(ident(&group[i..]));
+                start = false;
+            }
+            _ => {}
+        }
+    }
+    (names, path.len())
+}
+
+/// The spans (`{` to `}`) of the modules written inline in `code`.
+fn inline_modules(code: &str) -> Vec<(usize, usize)> {
+    let bytes = code.as_bytes();
+    let mut spans = Vec::new();
+    let mut search = 0;
+    while let Some(found) = code[search..].find("mod ") {
+        let at = search + found;
+        search = at + 4;
+        if at > 0 && is_ident(bytes[at - 1]) {
+            continue;
+        }
+        let after = code[search..].trim_start();
+        let name_len = after.bytes().take_while(|&b| is_ident(b)).count();
+        if after[name_len..].trim_start().starts_with('{') {
+            let open = search + (code[search..].len() - after.len()) + name_len;
+            let open = open + code[open..].find('{').unwrap();
+            spans.push((open, matching_brace(code, open)));
+        }
+    }
+    spans
+}
+
+fn matching_brace(code: &str, open: usize) -> usize {
+    let mut depth = 0;
+    for (i, c) in code[open..].char_indices() {
+        match c {
+            '{' => depth += 1,
+            '}' => {
+                depth -= 1;
+                if depth == 0 {
+                    return open + i;
+                }
+            }
+            _ => {}
+        }
+    }
+    code.len()
+}
+
+/// `source` with its comments, string and character literals, and
+/// test-only items blanked out (newlines kept, so lines still count), and
+/// the modules it declares as test-only files (`#[cfg(test)] mod x;`).
+fn strip(source: &str) -> (String, Vec<String>) {
+    let code = blank_comments_and_literals(source);
+    let mut out = code.clone().into_bytes();
+    let mut declared = Vec::new();
+    let mut search = 0;
+    while let Some(found) = code[search..].find("#[cfg(") {
+        let at = search + found;
+        let predicate_start = at + "#[cfg(".len();
+        let Some(close) = code[predicate_start..].find(")]") else {
+            break;
+        };
+        search = predicate_start;
+        if !needs_test(&code[predicate_start..predicate_start + close]) {
+            continue;
+        }
+        // The item: through its `;`, or through the block it opens.
+        let item = predicate_start + close + 2;
+        let semi = code[item..].find(';').map(|i| item + i);
+        let brace = code[item..].find('{').map(|i| item + i);
+        let end = match (semi, brace) {
+            (Some(semi), Some(brace)) if semi < brace => semi,
+            (Some(semi), None) => semi,
+            (_, Some(brace)) => matching_brace(&code, brace),
+            (None, None) => code.len() - 1,
+        };
+        let text = &code[item..=end];
+        if let Some(module) = text
+            .split_whitespace()
+            .skip_while(|word| *word != "mod")
+            .nth(1)
+            .and_then(|name| name.strip_suffix(';'))
+        {
+            declared.push(module.to_owned());
+        }
+        for byte in &mut out[at..=end] {
+            if *byte != b'\n' {
+                *byte = b' ';
+            }
+        }
+        search = end + 1;
+    }
+    (String::from_utf8(out).unwrap(), declared)
+}
+
+/// Whether a `cfg` predicate holds only under `test`: `test`, or `all(…)`
+/// with `test` among its terms.
+fn needs_test(predicate: &str) -> bool {
+    let predicate = predicate.trim();
+    predicate == "test"
+        || predicate.strip_prefix("all(").is_some_and(|terms| {
+            terms
+                .trim_end_matches(')')
+                .split(',')
+                .any(|term| term.trim() == "test")
+        })
+}
+
+fn blank_comments_and_literals(source: &str) -> String {
+    let chars: Vec<char> = source.chars().collect();
+    let mut out = String::with_capacity(source.len());
+    let blank = |c: char| if c == '\n' { '\n' } else { ' ' };
+    let mut i = 0;
+    while i < chars.len() {
+        let c = chars[i];
+        let next = chars.get(i + 1).copied();
+        if c == '/' && next == Some('/') {
+            while i < chars.len() && chars[i] != '\n' {
+                out.push(' ');
+                i += 1;
+            }
+        } else if c == '/' && next == Some('*') {
+            let mut depth = 0;
+            while i < chars.len() {
+                if chars[i] == '/' && chars.get(i + 1) == Some(&'*') {
+                    depth += 1;
+                    out.push_str("  ");
+                    i += 2;
+                } else if chars[i] == '*' && chars.get(i + 1) == Some(&'/') {
+                    depth -= 1;
+                    out.push_str("  ");
+                    i += 2;
+                    if depth == 0 {
+                        break;
+                    }
+                } else {
+                    out.push(blank(chars[i]));
+                    i += 1;
+                }
+            }
+        } else if c == 'r'
+            && (next == Some('"') || next == Some('#'))
+            && (i == 0 || !chars[i - 1].is_alphanumeric() && chars[i - 1] != '_')
+        {
+            // A raw string: r"…", r#"…"#.
+            let mut j = i + 1;
+            let mut hashes = 0;
+            while chars.get(j) == Some(&'#') {
+                hashes += 1;
+                j += 1;
+            }
+            if chars.get(j) != Some(&'"') {
+                out.push(c);
+                i += 1;
+                continue;
+            }
+            j += 1;
+            let closing: String = std::iter::once('"')
+                .chain(std::iter::repeat_n('#', hashes))
+                .collect();
+            let closing: Vec<char> = closing.chars().collect();
+            while j < chars.len() && !chars[j..].starts_with(&closing) {
+                j += 1;
+            }
+            let end = (j + closing.len()).min(chars.len());
+            out.extend(chars[i..end].iter().map(|&c| blank(c)));
+            i = end;
+        } else if c == '"' {
+            let mut j = i + 1;
+            while j < chars.len() && chars[j] != '"' {
+                j += if chars[j] == '\\' { 2 } else { 1 };
+            }
+            let end = (j + 1).min(chars.len());
+            out.extend(chars[i..end].iter().map(|&c| blank(c)));
+            i = end;
+        } else if c == '\'' {
+            // A character literal ('x', '\n', '"'), or a lifetime.
+            let end = if next == Some('\\') {
+                let mut j = i + 2;
+                while j < chars.len() && chars[j] != '\'' {
+                    j += 1;
+                }
+                j + 1
+            } else if chars.get(i + 2) == Some(&'\'') {
+                i + 3
+            } else {
+                i + 1
+            };
+            let end = end.min(chars.len());
+            out.extend(
+                chars[i..end]
+                    .iter()
+                    .map(|&c| if end > i + 1 { blank(c) } else { c }),
+            );
+            i = end;
+        } else {
+            out.push(c);
+            i += 1;
+        }
+    }
+    out
+}
+
+/// A path of imports from `start` back to `start`, if there is one.
+fn cycle_through(
+    start: &str,
+    edges: &BTreeMap<String, BTreeMap<String, Import>>,
+) -> Option<Vec<String>> {
+    fn walk(
+        at: &str,
+        start: &str,
+        edges: &BTreeMap<String, BTreeMap<String, Import>>,
+        path: &mut Vec<String>,
+        seen: &mut BTreeSet<String>,
+    ) -> bool {
+        for next in edges.get(at).into_iter().flat_map(BTreeMap::keys) {
+            if next == start {
+                path.push(next.clone());
+                return true;
+            }
+            if seen.insert(next.clone()) {
+                path.push(next.clone());
+                if walk(next, start, edges, path, seen) {
+                    return true;
+                }
+                path.pop();
+            }
+        }
+        false
+    }
+    let mut path = vec![start.to_owned()];
+    walk(start, start, edges, &mut path, &mut BTreeSet::new()).then_some(path)
+}
