@@ -535,3 +535,90 @@ async fn the_redis_recipe_retries_and_opens_when_redis_dies() {
         started.elapsed()
     );
 }
+
+// ---------------------------------------------------------------------------
+// 4. The consumer's deduplicator, with its Redis killed
+// ---------------------------------------------------------------------------
+
+/// The consumer's `RedisDedup` connects the way the idempotency store does
+/// (it is the same store): with Redis dead, a delivery is handed back
+/// unprocessed at once, well inside the consumer's 1 s store timeout,
+/// rather than after it; deliveries are processed again within a second
+/// of a restart; a message
+/// handed back is never run without its record, and one settled after the
+/// restart is not run again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "starts its own redis-server (apt-get install redis-server)"]
+async fn the_consumer_dedup_fails_closed_fast_and_recovers_when_redis_dies() {
+    use resilience::consumer::{
+        Consumer, ConsumerConfig, Disposition, Message, RedisDedup, Requeue, Settled,
+    };
+    use resilience::telemetry::Labels;
+
+    let mut redis = RedisChild::start(free_port());
+    let dedup = RedisDedup::connect(&redis.url()).await.unwrap();
+    let applied = Arc::new(Mutex::new(Vec::<String>::new()));
+    let log = applied.clone();
+    let config =
+        ConsumerConfig::background(Labels::new("chaos", "orders"), Duration::from_secs(300))
+            .unwrap();
+    let consumer = Consumer::new(config, move |message: Message| {
+        let log = log.clone();
+        async move {
+            log.lock()
+                .unwrap()
+                .push(message.id().unwrap_or_default().to_owned());
+            Ok::<_, std::io::Error>(())
+        }
+    })
+    .with_dedup(dedup);
+    let handle = |id: &'static str| {
+        let consumer = &consumer;
+        async move {
+            let started = Instant::now();
+            let handled = consumer.handle(Message::new(&b"{}"[..]).with_id(id)).await;
+            (handled.disposition().clone(), started.elapsed())
+        }
+    };
+
+    let (first, _) = handle("m-1").await;
+    assert_eq!(first, Disposition::Processed { attempts: 1 });
+
+    redis.kill();
+    let (down, took) = handle("m-2").await;
+    assert_eq!(down, Disposition::Requeue(Requeue::DedupUnavailable));
+    assert!(
+        took < Duration::from_millis(500),
+        "a dead Redis must fail the delivery at once, not at the 1 s store timeout: took {took:?}"
+    );
+
+    // The manager reconnects on the command after the one that finds the
+    // connection broken: the deliveries of the first moments are handed
+    // back (fast), and processing resumes within a second.
+    redis.restart();
+    let restarted = Instant::now();
+    let mut handed_back = 0;
+    loop {
+        let (after, took) = handle("m-2").await;
+        if after == (Disposition::Processed { attempts: 1 }) {
+            break;
+        }
+        assert_eq!(after, Disposition::Requeue(Requeue::DedupUnavailable));
+        assert!(took < Duration::from_millis(500), "handed back in {took:?}");
+        handed_back += 1;
+        assert!(
+            restarted.elapsed() < Duration::from_secs(1),
+            "no delivery processed within 1 s of the restart ({handed_back} handed back)"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let took_after = restarted.elapsed();
+    let (again, _) = handle("m-2").await;
+    assert_eq!(again, Disposition::Duplicate(Settled::Applied));
+    assert_eq!(*applied.lock().unwrap(), ["m-1", "m-2"]);
+    println!(
+        "consumer dedup, Redis killed: handed back in {}; after the restart {handed_back} handed back, the first processed at {}",
+        ms(took),
+        ms(took_after)
+    );
+}

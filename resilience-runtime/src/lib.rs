@@ -75,7 +75,11 @@ pub mod guide {}
 pub mod clients_that_retry {}
 pub mod idempotency;
 pub mod limit;
-#[cfg(any(feature = "idempotency-redis", feature = "breaker-redis"))]
+#[cfg(any(
+    feature = "idempotency-redis",
+    feature = "breaker-redis",
+    feature = "consumer-redis"
+))]
 mod redis_link;
 pub mod registry;
 pub mod retry;

@@ -1,6 +1,6 @@
 //! The one way this crate connects to Redis: a `redis` connection manager
-//! configured to fail fast, shared by the idempotency store and the shared
-//! circuit breaker.
+//! configured to fail fast, shared by the idempotency store, the consumer's
+//! deduplicator and the shared circuit breaker.
 //!
 //! `redis`' own defaults retry a failed reconnection 6 times with
 //! exponential backoff from 100 ms, and every command waits for them: with

@@ -1,16 +1,15 @@
 //! Consumer idempotency: a message that was already settled is not applied
 //! again when the broker redelivers it.
 
-use std::collections::HashMap;
 use std::fmt;
 use std::future::Future;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use rand::RngCore;
-use tokio::time::Instant;
 
 use crate::error::Error;
+use crate::idempotency::records::{Full, Record, Records};
 use crate::retry::{Classify, Verdict};
 
 /// How a message was settled, as its record says.
@@ -241,22 +240,11 @@ impl Dedup for NoDedup {
     }
 }
 
-#[derive(Debug, Clone, Copy)]
-enum Record {
-    Locked { lease: Lease, until: Instant },
-    Settled { settled: Settled, until: Instant },
-}
-
-impl Record {
-    fn live(&self, now: Instant) -> bool {
-        match *self {
-            Record::Locked { until, .. } | Record::Settled { until, .. } => until > now,
-        }
-    }
-}
-
 /// A [`Dedup`] in this process's memory, on tokio's clock (so paused-clock
-/// tests see its locks expire). Clones share the records.
+/// tests see its locks expire). Clones share the records. Its records are
+/// those of the idempotency layer's `MemoryStore`: one implementation of
+/// the lease discipline for both, and an expired record is dropped, not
+/// kept for the life of the process.
 ///
 /// It survives a lost connection to the broker, not a restart of the
 /// process: use `RedisDedup` across replicas and restarts.
@@ -273,9 +261,19 @@ impl Record {
 /// assert!(matches!(dedup.begin("order-1", Duration::from_secs(30)).await?, Begin::Fresh(_)));
 /// # Ok(()) }
 /// ```
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct MemoryDedup {
-    records: Arc<Mutex<HashMap<String, Record>>>,
+    records: Arc<Records<String, Lease, Settled>>,
+}
+
+impl Default for MemoryDedup {
+    fn default() -> Self {
+        // Unbounded: a full deduplicator would stop the consumer, and
+        // its records expire (the lock ttl, then the settled ttl).
+        Self {
+            records: Arc::new(Records::new(usize::MAX)),
+        }
+    }
 }
 
 impl MemoryDedup {
@@ -292,8 +290,7 @@ impl MemoryDedup {
     /// assert_eq!(MemoryDedup::new().len(), 0);
     /// ```
     pub fn len(&self) -> usize {
-        let now = Instant::now();
-        self.with(|records| records.values().filter(|r| r.live(now)).count())
+        self.records.len()
     }
 
     /// `true` when there is no live record.
@@ -306,36 +303,22 @@ impl MemoryDedup {
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
-
-    fn with<T>(&self, f: impl FnOnce(&mut HashMap<String, Record>) -> T) -> T {
-        // A panic while the lock was held cannot leave a record half
-        // written: every update is one insert or remove.
-        let mut records = self
-            .records
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        f(&mut records)
-    }
 }
 
 impl Dedup for MemoryDedup {
     async fn begin(&self, id: &str, lock_ttl: Duration) -> Result<Begin, DedupError> {
-        let now = Instant::now();
-        Ok(self.with(|records| match records.get(id) {
-            Some(Record::Settled { settled, until }) if *until > now => Begin::Settled(*settled),
-            Some(Record::Locked { until, .. }) if *until > now => Begin::InFlight,
-            _ => {
-                let lease = Lease::new();
-                records.insert(
-                    id.to_owned(),
-                    Record::Locked {
-                        lease,
-                        until: now + lock_ttl,
-                    },
-                );
-                Begin::Fresh(lease)
+        let lease = Lease::new();
+        Ok(match self.records.begin(id, &lease, lock_ttl) {
+            Ok(None) => Begin::Fresh(lease),
+            Ok(Some(Record::Held(_))) => Begin::InFlight,
+            Ok(Some(Record::Done(settled))) => Begin::Settled(settled),
+            // Cannot happen with an unbounded map; said rather than assumed.
+            Err(Full) => {
+                return Err(DedupError::new(std::io::Error::other(
+                    "the memory deduplicator is full",
+                )));
             }
-        }))
+        })
     }
 
     async fn settle(
@@ -345,30 +328,11 @@ impl Dedup for MemoryDedup {
         settled: Settled,
         ttl: Duration,
     ) -> Result<bool, DedupError> {
-        let now = Instant::now();
-        Ok(self.with(|records| match records.get(id) {
-            Some(Record::Locked { lease: held, .. }) if *held == lease => {
-                records.insert(
-                    id.to_owned(),
-                    Record::Settled {
-                        settled,
-                        until: now + ttl,
-                    },
-                );
-                true
-            }
-            _ => false,
-        }))
+        Ok(self.records.complete(id, &lease, settled, ttl))
     }
 
     async fn release(&self, id: &str, lease: Lease) -> Result<(), DedupError> {
-        self.with(|records| {
-            if let Some(Record::Locked { lease: held, .. }) = records.get(id)
-                && *held == lease
-            {
-                records.remove(id);
-            }
-        });
+        self.records.release(id, &lease);
         Ok(())
     }
 }

@@ -1,13 +1,13 @@
 //! The consumer's deduplicator in Redis, shared by every replica.
 
 use std::fmt;
-use std::sync::{Arc, LazyLock};
+use std::sync::Arc;
 use std::time::Duration;
 
-use redis::Script;
 use redis::aio::ConnectionManager;
 
 use super::dedup::{Begin, Dedup, DedupError, Lease, Settled};
+use crate::idempotency::records::RedisRecords;
 
 /// A [`Dedup`] in Redis, with the key discipline of the idempotency
 /// layer's `RedisStore`: one Redis string per message id, `dedup:<id>`
@@ -24,11 +24,21 @@ use super::dedup::{Begin, Dedup, DedupError, Lease, Settled};
 /// Expiry is Redis' own: a crashed consumer's lock vanishes after the
 /// lock ttl (the ack deadline), settled records after the settled ttl.
 ///
-/// It is not the HTTP layer's `RedisStore` itself: that one stores
-/// responses keyed by `Idempotency-Key` with a request fingerprint, where
-/// a consumer only needs "this id was settled, and how". Give each
+/// The HTTP layer's `RedisStore` runs on the same records (one
+/// implementation of the lease discipline and of the connection): that
+/// face stores responses keyed by `Idempotency-Key` with a request
+/// fingerprint, this one only "this id was settled, and how". Give each
 /// consumer group its own prefix: two groups reading one message must not
 /// share a record.
+///
+/// # When Redis is down
+///
+/// [`connect`](Self::connect) configures the connection manager to fail
+/// fast, as the idempotency layer's store does: a connection opens within
+/// 250 ms or fails, a command is answered within 500 ms or fails, and a
+/// lost connection is re-established by the next command. A consumer whose
+/// deduplicator fails hands the message back to the broker, so a dead
+/// Redis costs a redelivery, not a stalled consumer.
 ///
 /// ```no_run
 /// use resilience::consumer::RedisDedup;
@@ -40,17 +50,15 @@ use super::dedup::{Begin, Dedup, DedupError, Lease, Settled};
 /// ```
 #[derive(Clone)]
 pub struct RedisDedup {
-    connection: ConnectionManager,
-    prefix: Arc<str>,
+    records: RedisRecords,
 }
 
 impl RedisDedup {
     /// The default key prefix: `dedup:`.
     pub const DEFAULT_PREFIX: &'static str = "dedup:";
 
-    /// Connects to `url` (`redis://host:port/db`) with the connection
-    /// manager's defaults (reconnection with backoff, 500 ms response
-    /// timeout).
+    /// Connects to `url` (`redis://host:port/db`) with a connection manager
+    /// that fails fast (see [When Redis is down](Self#when-redis-is-down)).
     ///
     /// ```no_run
     /// # async fn run() -> Result<(), resilience::consumer::DedupError> {
@@ -58,11 +66,14 @@ impl RedisDedup {
     /// # drop(dedup); Ok(()) }
     /// ```
     pub async fn connect(url: &str) -> Result<Self, DedupError> {
-        let client = redis::Client::open(url).map_err(DedupError::new)?;
-        let connection = ConnectionManager::new(client)
-            .await
-            .map_err(DedupError::new)?;
-        Ok(Self::new(connection))
+        let records = RedisRecords::connect(
+            url,
+            crate::redis_link::manager_config(),
+            Self::DEFAULT_PREFIX.into(),
+        )
+        .await
+        .map_err(DedupError::new)?;
+        Ok(Self { records })
     }
 
     /// A deduplicator over an existing connection manager (one the
@@ -77,8 +88,7 @@ impl RedisDedup {
     /// ```
     pub fn new(connection: ConnectionManager) -> Self {
         Self {
-            connection,
-            prefix: Self::DEFAULT_PREFIX.into(),
+            records: RedisRecords::new(connection, Self::DEFAULT_PREFIX.into()),
         }
     }
 
@@ -93,7 +103,7 @@ impl RedisDedup {
     /// ```
     #[must_use]
     pub fn with_prefix(mut self, prefix: impl Into<Arc<str>>) -> Self {
-        self.prefix = prefix.into();
+        self.records.set_prefix(prefix.into());
         self
     }
 
@@ -105,7 +115,7 @@ impl RedisDedup {
     /// # }
     /// ```
     pub fn prefix(&self) -> &str {
-        &self.prefix
+        self.records.prefix()
     }
 
     /// The Redis key of a message id: the prefix, then the id.
@@ -116,14 +126,14 @@ impl RedisDedup {
     /// # }
     /// ```
     pub fn redis_key(&self, id: &str) -> String {
-        format!("{}{}", self.prefix, id)
+        self.records.key(id)
     }
 }
 
 impl fmt::Debug for RedisDedup {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RedisDedup")
-            .field("prefix", &self.prefix)
+            .field("prefix", &self.prefix())
             .finish_non_exhaustive()
     }
 }
@@ -131,34 +141,6 @@ impl fmt::Debug for RedisDedup {
 fn lock(lease: Lease) -> String {
     format!("lock:{:032x}", lease.token())
 }
-
-fn millis(ttl: Duration) -> u64 {
-    // `PX 0` is an error in Redis.
-    u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX).max(1)
-}
-
-static SETTLE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
-        r"
-        if redis.call('GET', KEYS[1]) == ARGV[1] then
-            redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
-            return 1
-        end
-        return 0
-        ",
-    )
-});
-
-static RELEASE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
-        r"
-        if redis.call('GET', KEYS[1]) == ARGV[1] then
-            return redis.call('DEL', KEYS[1])
-        end
-        return 0
-        ",
-    )
-});
 
 /// A value found under a key that this code did not write.
 #[derive(Debug, thiserror::Error)]
@@ -172,23 +154,24 @@ impl Dedup for RedisDedup {
     async fn begin(&self, id: &str, lock_ttl: Duration) -> Result<Begin, DedupError> {
         let key = self.redis_key(id);
         let lease = Lease::new();
-        let previous: Option<String> = redis::cmd("SET")
-            .arg(&key)
-            .arg(lock(lease))
-            .arg("NX")
-            .arg("PX")
-            .arg(millis(lock_ttl))
-            .arg("GET")
-            .query_async(&mut self.connection.clone())
+        let previous = self
+            .records
+            .begin(&key, lock(lease).as_bytes(), lock_ttl)
             .await
             .map_err(DedupError::new)?;
-        match previous {
-            None => Ok(Begin::Fresh(lease)),
-            Some(value) if value.starts_with("lock:") => Ok(Begin::InFlight),
-            Some(value) => match Settled::parse(&value) {
-                Some(settled) => Ok(Begin::Settled(settled)),
-                None => Err(DedupError::new(Corrupt { key, value })),
-            },
+        let Some(value) = previous else {
+            return Ok(Begin::Fresh(lease));
+        };
+        let value = String::from_utf8_lossy(&value);
+        if value.starts_with("lock:") {
+            return Ok(Begin::InFlight);
+        }
+        match Settled::parse(&value) {
+            Some(settled) => Ok(Begin::Settled(settled)),
+            None => Err(DedupError::new(Corrupt {
+                key,
+                value: value.into_owned(),
+            })),
         }
     }
 
@@ -199,22 +182,20 @@ impl Dedup for RedisDedup {
         settled: Settled,
         ttl: Duration,
     ) -> Result<bool, DedupError> {
-        let done: i64 = SETTLE
-            .key(self.redis_key(id))
-            .arg(lock(lease))
-            .arg(settled.as_str())
-            .arg(millis(ttl))
-            .invoke_async(&mut self.connection.clone())
+        self.records
+            .complete(
+                &self.redis_key(id),
+                lock(lease).as_bytes(),
+                settled.as_str().as_bytes(),
+                ttl,
+            )
             .await
-            .map_err(DedupError::new)?;
-        Ok(done == 1)
+            .map_err(DedupError::new)
     }
 
     async fn release(&self, id: &str, lease: Lease) -> Result<(), DedupError> {
-        let _: i64 = RELEASE
-            .key(self.redis_key(id))
-            .arg(lock(lease))
-            .invoke_async(&mut self.connection.clone())
+        self.records
+            .release(&self.redis_key(id), lock(lease).as_bytes())
             .await
             .map_err(DedupError::new)?;
         Ok(())

@@ -19,6 +19,7 @@ use rand::RngCore;
 
 use crate::error::ConfigError;
 
+pub(crate) mod records;
 #[cfg(feature = "idempotency-server")]
 pub mod server;
 

@@ -1,18 +1,17 @@
 //! A bounded in-process store, for tests, demos and single-instance
 //! services.
 
-use std::collections::{BTreeMap, HashMap};
-use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
-
-use tokio::time::Instant;
 
 use super::store::{Begin, Entry, IdempotencyStore, Lease, Outcome, StoreError};
 use crate::error::ConfigError;
 use crate::idempotency::IdempotencyKey;
+use crate::idempotency::records::{Full, Record, Records};
 
-/// An [`IdempotencyStore`] in a `HashMap`, bounded and expiring by tokio's
-/// clock (so tests can pause and advance it).
+/// An [`IdempotencyStore`] in this process's memory, bounded and expiring
+/// by tokio's clock (so tests can pause and advance it). Its records are
+/// the consumer's [`MemoryDedup`](crate::consumer::MemoryDedup)'s: one
+/// implementation of the lease discipline for both.
 ///
 /// It holds at most `capacity` live keys. When it is full of keys that
 /// have not expired, [`begin`](IdempotencyStore::begin) fails with
@@ -31,28 +30,7 @@ use crate::idempotency::IdempotencyKey;
 /// ```
 #[derive(Debug)]
 pub struct MemoryStore {
-    capacity: usize,
-    state: Mutex<State>,
-}
-
-#[derive(Debug, Default)]
-struct State {
-    slots: HashMap<IdempotencyKey, Slot>,
-    /// Expiry order, so that purging costs O(log n) per expired key.
-    expiries: BTreeMap<(Instant, u64), IdempotencyKey>,
-    sequence: u64,
-}
-
-#[derive(Debug)]
-struct Slot {
-    record: Record,
-    expiry: (Instant, u64),
-}
-
-#[derive(Debug)]
-enum Record {
-    InFlight(Lease),
-    Completed(Entry),
+    records: Records<IdempotencyKey, Lease, Entry>,
 }
 
 impl MemoryStore {
@@ -70,21 +48,18 @@ impl MemoryStore {
             ));
         }
         Ok(Self {
-            capacity,
-            state: Mutex::new(State::default()),
+            records: Records::new(capacity),
         })
     }
 
     /// The most live keys the store holds.
     pub fn capacity(&self) -> usize {
-        self.capacity
+        self.records.capacity()
     }
 
     /// The number of keys that have not expired.
     pub fn len(&self) -> usize {
-        let mut state = self.lock();
-        state.purge(Instant::now());
-        state.slots.len()
+        self.records.len()
     }
 
     /// `true` when no key is live.
@@ -94,69 +69,24 @@ impl MemoryStore {
 
     /// What the store holds for `key`, if it has not expired.
     pub fn get(&self, key: &IdempotencyKey) -> Option<Entry> {
-        let mut state = self.lock();
-        state.purge(Instant::now());
-        state.slots.get(key).map(Slot::entry)
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
-        // No code path panics while holding the lock; if one ever did, the
-        // map is still consistent key by key.
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+        self.records.get(key).map(entry)
     }
 }
 
 impl Default for MemoryStore {
     fn default() -> Self {
         Self {
-            capacity: Self::DEFAULT_CAPACITY,
-            state: Mutex::new(State::default()),
+            records: Records::new(Self::DEFAULT_CAPACITY),
         }
     }
 }
 
-impl Slot {
-    fn entry(&self) -> Entry {
-        match &self.record {
-            Record::InFlight(lease) => Entry::InFlight {
-                fingerprint: lease.fingerprint(),
-            },
-            Record::Completed(entry) => entry.clone(),
-        }
-    }
-
-    fn is_held_by(&self, lease: &Lease) -> bool {
-        matches!(&self.record, Record::InFlight(held) if held == lease)
-    }
-}
-
-impl State {
-    fn purge(&mut self, now: Instant) {
-        while let Some(entry) = self.expiries.first_entry() {
-            if entry.key().0 > now {
-                break;
-            }
-            let key = entry.remove();
-            self.slots.remove(&key);
-        }
-    }
-
-    fn expiry(&mut self, now: Instant, ttl: Duration) -> (Instant, u64) {
-        self.sequence += 1;
-        // `IdempotencyConfig` caps ttls far below any overflow; saturate
-        // rather than panic for a store used on its own.
-        let at = now
-            .checked_add(ttl)
-            .unwrap_or_else(|| now + Duration::from_secs(100 * 365 * 86_400));
-        (at, self.sequence)
-    }
-
-    fn reschedule(&mut self, key: &IdempotencyKey, expiry: (Instant, u64)) {
-        if let Some(slot) = self.slots.get_mut(key) {
-            self.expiries.remove(&slot.expiry);
-            slot.expiry = expiry;
-            self.expiries.insert(expiry, key.clone());
-        }
+fn entry(record: Record<Lease, Entry>) -> Entry {
+    match record {
+        Record::Held(lease) => Entry::InFlight {
+            fingerprint: lease.fingerprint(),
+        },
+        Record::Done(entry) => entry,
     }
 }
 
@@ -171,27 +101,13 @@ impl IdempotencyStore for MemoryStore {
         lease: &Lease,
         lock_ttl: Duration,
     ) -> Result<Begin, StoreError> {
-        let now = Instant::now();
-        let mut state = self.lock();
-        state.purge(now);
-        if let Some(slot) = state.slots.get(key) {
-            return Ok(Begin::Existing(slot.entry()));
+        match self.records.begin(key, lease, lock_ttl) {
+            Ok(None) => Ok(Begin::Started),
+            Ok(Some(found)) => Ok(Begin::Existing(entry(found))),
+            Err(Full) => Err(StoreError::Full {
+                capacity: self.capacity(),
+            }),
         }
-        if state.slots.len() >= self.capacity {
-            return Err(StoreError::Full {
-                capacity: self.capacity,
-            });
-        }
-        let expiry = state.expiry(now, lock_ttl);
-        state.expiries.insert(expiry, key.clone());
-        state.slots.insert(
-            key.clone(),
-            Slot {
-                record: Record::InFlight(lease.clone()),
-                expiry,
-            },
-        );
-        Ok(Begin::Started)
     }
 
     async fn complete(
@@ -201,21 +117,11 @@ impl IdempotencyStore for MemoryStore {
         outcome: &Outcome,
         ttl: Duration,
     ) -> Result<bool, StoreError> {
-        let now = Instant::now();
-        let mut state = self.lock();
-        state.purge(now);
-        match state.slots.get_mut(key) {
-            Some(slot) if slot.is_held_by(lease) => {
-                slot.record = Record::Completed(Entry::Completed {
-                    fingerprint: lease.fingerprint(),
-                    outcome: outcome.clone(),
-                });
-                let expiry = state.expiry(now, ttl);
-                state.reschedule(key, expiry);
-                Ok(true)
-            }
-            _ => Ok(false),
-        }
+        let done = Entry::Completed {
+            fingerprint: lease.fingerprint(),
+            outcome: outcome.clone(),
+        };
+        Ok(self.records.complete(key, lease, done, ttl))
     }
 
     async fn renew(
@@ -224,31 +130,11 @@ impl IdempotencyStore for MemoryStore {
         lease: &Lease,
         lock_ttl: Duration,
     ) -> Result<bool, StoreError> {
-        let now = Instant::now();
-        let mut state = self.lock();
-        state.purge(now);
-        match state.slots.get(key) {
-            Some(slot) if slot.is_held_by(lease) => {
-                let expiry = state.expiry(now, lock_ttl);
-                state.reschedule(key, expiry);
-                Ok(true)
-            }
-            _ => Ok(false),
-        }
+        Ok(self.records.renew(key, lease, lock_ttl))
     }
 
     async fn release(&self, key: &IdempotencyKey, lease: &Lease) -> Result<bool, StoreError> {
-        let mut state = self.lock();
-        state.purge(Instant::now());
-        match state.slots.get(key) {
-            Some(slot) if slot.is_held_by(lease) => {
-                let expiry = slot.expiry;
-                state.expiries.remove(&expiry);
-                state.slots.remove(key);
-                Ok(true)
-            }
-            _ => Ok(false),
-        }
+        Ok(self.records.release(key, lease))
     }
 }
 

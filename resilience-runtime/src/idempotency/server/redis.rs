@@ -1,24 +1,25 @@
 //! The production store: Redis, shared by every instance of a service.
 
 use std::fmt;
-use std::sync::{Arc, LazyLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
 use http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
-use redis::Script;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 
 use super::store::{
     Begin, Entry, Fingerprint, IdempotencyStore, Lease, Outcome, StoreError, StoredResponse,
 };
 use crate::idempotency::IdempotencyKey;
+use crate::idempotency::records::RedisRecords;
 
 /// An [`IdempotencyStore`] in Redis, through `redis`' auto-reconnecting
 /// [`ConnectionManager`].
 ///
 /// Each key is one Redis string, `idem:<key>` (the prefix is
-/// configurable), holding a small binary record:
+/// configurable), holding a small binary record, with the lease discipline
+/// of the consumer's `RedisDedup` (the two share one implementation):
 ///
 /// - `begin` is one `SET idem:<key> <in-flight lease> NX PX <lock ttl> GET`
 ///   (Redis ≥ 7.0): it takes the key, or returns what holds it, atomically;
@@ -54,8 +55,7 @@ use crate::idempotency::IdempotencyKey;
 /// ```
 #[derive(Clone)]
 pub struct RedisStore {
-    connection: ConnectionManager,
-    prefix: Arc<str>,
+    records: RedisRecords,
 }
 
 impl RedisStore {
@@ -110,10 +110,10 @@ impl RedisStore {
         url: &str,
         config: ConnectionManagerConfig,
     ) -> Result<Self, StoreError> {
-        let connection = crate::redis_link::connect(url, config)
+        let records = RedisRecords::connect(url, config, Self::DEFAULT_PREFIX.into())
             .await
             .map_err(backend)?;
-        Ok(Self::new(connection))
+        Ok(Self { records })
     }
 
     /// The connection manager configuration of [`connect`](Self::connect):
@@ -140,8 +140,7 @@ impl RedisStore {
     /// a reconnection's retries.
     pub fn new(connection: ConnectionManager) -> Self {
         Self {
-            connection,
-            prefix: Self::DEFAULT_PREFIX.into(),
+            records: RedisRecords::new(connection, Self::DEFAULT_PREFIX.into()),
         }
     }
 
@@ -149,25 +148,25 @@ impl RedisStore {
     /// on one Redis: `idem:payments:`.
     #[must_use]
     pub fn with_prefix(mut self, prefix: impl Into<Arc<str>>) -> Self {
-        self.prefix = prefix.into();
+        self.records.set_prefix(prefix.into());
         self
     }
 
     /// The prefix in front of every key.
     pub fn prefix(&self) -> &str {
-        &self.prefix
+        self.records.prefix()
     }
 
     /// The Redis key of an idempotency key: the prefix, then the key.
     pub fn redis_key(&self, key: &IdempotencyKey) -> String {
-        format!("{}{}", self.prefix, key)
+        self.records.key(key)
     }
 }
 
 impl fmt::Debug for RedisStore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RedisStore")
-            .field("prefix", &self.prefix)
+            .field("prefix", &self.prefix())
             .finish_non_exhaustive()
     }
 }
@@ -175,45 +174,6 @@ impl fmt::Debug for RedisStore {
 fn backend(err: redis::RedisError) -> StoreError {
     StoreError::Backend(Box::new(err))
 }
-
-fn millis(ttl: Duration) -> u64 {
-    // `PX 0` is an error in Redis; the layer's config never passes < 1 ms.
-    u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX).max(1)
-}
-
-static COMPLETE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
-        r"
-        if redis.call('GET', KEYS[1]) == ARGV[1] then
-            redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
-            return 1
-        end
-        return 0
-        ",
-    )
-});
-
-static RENEW: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
-        r"
-        if redis.call('GET', KEYS[1]) == ARGV[1] then
-            return redis.call('PEXPIRE', KEYS[1], ARGV[2])
-        end
-        return 0
-        ",
-    )
-});
-
-static RELEASE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
-        r"
-        if redis.call('GET', KEYS[1]) == ARGV[1] then
-            return redis.call('DEL', KEYS[1])
-        end
-        return 0
-        ",
-    )
-});
 
 impl IdempotencyStore for RedisStore {
     fn name(&self) -> &str {
@@ -227,14 +187,9 @@ impl IdempotencyStore for RedisStore {
         lock_ttl: Duration,
     ) -> Result<Begin, StoreError> {
         let redis_key = self.redis_key(key);
-        let previous: Option<Vec<u8>> = redis::cmd("SET")
-            .arg(&redis_key)
-            .arg(codec::in_flight(lease))
-            .arg("NX")
-            .arg("PX")
-            .arg(millis(lock_ttl))
-            .arg("GET")
-            .query_async(&mut self.connection.clone())
+        let previous = self
+            .records
+            .begin(&redis_key, &codec::in_flight(lease), lock_ttl)
             .await
             .map_err(backend)?;
         match previous {
@@ -255,15 +210,15 @@ impl IdempotencyStore for RedisStore {
         outcome: &Outcome,
         ttl: Duration,
     ) -> Result<bool, StoreError> {
-        let done: i64 = COMPLETE
-            .key(self.redis_key(key))
-            .arg(codec::in_flight(lease))
-            .arg(codec::completed(lease.fingerprint(), outcome))
-            .arg(millis(ttl))
-            .invoke_async(&mut self.connection.clone())
+        self.records
+            .complete(
+                &self.redis_key(key),
+                &codec::in_flight(lease),
+                &codec::completed(lease.fingerprint(), outcome),
+                ttl,
+            )
             .await
-            .map_err(backend)?;
-        Ok(done == 1)
+            .map_err(backend)
     }
 
     async fn renew(
@@ -272,24 +227,17 @@ impl IdempotencyStore for RedisStore {
         lease: &Lease,
         lock_ttl: Duration,
     ) -> Result<bool, StoreError> {
-        let done: i64 = RENEW
-            .key(self.redis_key(key))
-            .arg(codec::in_flight(lease))
-            .arg(millis(lock_ttl))
-            .invoke_async(&mut self.connection.clone())
+        self.records
+            .renew(&self.redis_key(key), &codec::in_flight(lease), lock_ttl)
             .await
-            .map_err(backend)?;
-        Ok(done == 1)
+            .map_err(backend)
     }
 
     async fn release(&self, key: &IdempotencyKey, lease: &Lease) -> Result<bool, StoreError> {
-        let done: i64 = RELEASE
-            .key(self.redis_key(key))
-            .arg(codec::in_flight(lease))
-            .invoke_async(&mut self.connection.clone())
+        self.records
+            .release(&self.redis_key(key), &codec::in_flight(lease))
             .await
-            .map_err(backend)?;
-        Ok(done == 1)
+            .map_err(backend)
     }
 }
 
