@@ -168,32 +168,40 @@ pub(crate) fn expand(plan: Plan<'_>) -> TokenStream {
             } else {
                 quote!(|| ::core::option::Option::None)
             };
+            // The chain classifies with `when`, or else the error's
+            // `Classify` impl.
+            let when = match &args.when {
+                Some(when) => {
+                    let when = &when.value;
+                    quote!(#when)
+                }
+                None => quote!(::resilience::__private::ByClassify),
+            };
             // An error type that is a `std::error::Error + Send + Sync +
             // 'static` is kept by the chain as the cause of the runtime
             // error that may end it, chosen by autoref at this site.
-            let keep = if result.nameable {
+            let when = if result.nameable {
                 quote! {{
                     #[allow(unused_imports)]
                     use ::resilience::__private::{ProbeAny as _, ProbeError as _};
                     (&&::resilience::__private::Probe::<
                         <#ret as ::resilience::__private::ResultError>::Error,
                     >::NEW)
-                        .keeper()
+                        .keeping(#when)
                 }}
             } else {
-                quote!(::resilience::__private::Forget)
+                when
             };
-            let chain = match &args.when {
-                Some(when) => {
-                    let when = &when.value;
-                    quote!(::resilience::__private::retry_when(&__RESILIENCE_RETRY, #owner, #when, #keep))
-                }
-                None => quote!(::resilience::__private::retry(&__RESILIENCE_RETRY, #owner, #keep)),
-            };
+            let chain = quote!(::resilience::__private::retry(&__RESILIENCE_RETRY, #owner, #when));
             // Trait errors on the error type (not `Classify`, not
-            // `From<resilience::Error>`) point at the user's `E`.
+            // `From<resilience::Error>`) point at the user's `E`; without
+            // `when`, the chain's bounds name `Classify` itself.
+            let attempt_fn = match &args.when {
+                Some(_) => quote_spanned!(error_span=> attempt),
+                None => quote_spanned!(error_span=> attempt_classified),
+            };
             let run = quote_spanned! {error_span=>
-                __resilience_chain.attempt(__resilience_attempt).await
+                __resilience_chain.#attempt_fn(__resilience_attempt).await
             };
             quote! {
                 static __RESILIENCE_RETRY: ::resilience::__private::RetrySite = #site;

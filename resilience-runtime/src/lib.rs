@@ -26,7 +26,8 @@
 //!
 //! Applications normally depend on the `resilience` facade crate, which
 //! re-exports this one together with the `#[retry]` and
-//! `#[circuit_breaker]` macros.
+//! `#[circuit_breaker]` macros. What those macros' expansion calls is here
+//! too, in the hidden `callsite` module (the facade's `__private`).
 //!
 //! # Layers
 //!
@@ -37,6 +38,7 @@
 //!
 //! | layer | modules |
 //! |---|---|
+//! | 6 call sites: what the attributes' expansion calls, above every module it drives | `callsite` |
 //! | 5 integrations: drive the rest for one kind of client or server | `consumer`, `db`, `fallback`, `http`, `http_rules`, `idempotency`, `tower` |
 //! | 4 configuration: named breakers, policies and limiters, built from code and files | `registry` |
 //! | 3 mechanisms that report through telemetry | `breaker`, `limit` |
@@ -50,15 +52,19 @@
 //! the service the global registry published as it was installed; a
 //! rejection carries the end of its cooldown; the retry core refuses to
 //! start inside a `retry::no_retry` region, which the database transaction
-//! opens; and it reports each hedge through a hook, counted by
-//! [`Policy::hedge`](retry::Policy::hedge) on telemetry's side. The
-//! helpers of this file (`duration_nanos`, `sleep_until`) are ground.
+//! opens; it reports each hedge through a hook, counted by
+//! [`Policy::hedge`](retry::Policy::hedge) on telemetry's side; and the
+//! attributes' retry chain reports its attempts to a scope its call site
+//! hands it. The helpers of this file (`duration_nanos`, `sleep_until`)
+//! are ground.
 // `deny`, not `forbid`: linkme's distributed slice (`registry::SITES`) is
 // the one place allowed to declare the linker sections it needs.
 #![deny(unsafe_code)]
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 
 pub mod breaker;
+#[doc(hidden)]
+pub mod callsite;
 pub mod consumer;
 #[cfg(feature = "sqlx-postgres")]
 pub mod db;

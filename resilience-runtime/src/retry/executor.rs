@@ -12,14 +12,21 @@ use rand::RngCore;
 use std::ops::ControlFlow;
 
 use super::attempts::{AttemptTimer, Attempts, Driver, Kept, NotKept, Slot};
-use super::{Classify, FromRuntimeError, Outcome, Policy, Verdict};
+use super::{Classify, FromRuntimeError, Outcome, Policy, Reason, Verdict};
 use crate::error::Cause;
 
 /// Decides, at one call site, whether an error is worth retrying.
 ///
 /// The default, [`ByClassify`], asks the error's [`Classify`] impl. A
 /// closure returning a [`Verdict`] or a `bool` (`true`: retry) overrides it
-/// for one call site.
+/// for one call site, as `#[retry(when = …)]` does. Every loop of the
+/// library classifies through it: [`Retry`], the blocking executor and the
+/// attributes' own chain.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot classify `{E}`",
+    label = "not a classifier of `{E}`",
+    note = "a classifier is a fn or closure taking `&{E}` and returning a `Verdict`, or a `bool` where `true` means retry"
+)]
 pub trait When<E> {
     /// The verdict for `error`.
     fn when(&mut self, error: &E) -> Verdict;
@@ -45,12 +52,34 @@ pub trait When<E> {
         drop(error);
         None
     }
+
+    /// Why `error`, judged `verdict`, is the dependency's failure: the
+    /// `reason` label of `dependency_errors_total`, or `None` when it is
+    /// not one.
+    ///
+    /// # Default
+    ///
+    /// [`Reason::Network`] when the verdict's [outcome](Verdict::outcome)
+    /// is a failure, as [`Classify::reason`]'s default; [`ByClassify`]
+    /// asks [`Classify::reason`].
+    fn reason(&mut self, error: &E, verdict: Verdict) -> Option<Reason> {
+        let _ = error;
+        (verdict.outcome() == Outcome::Failure).then_some(Reason::Network)
+    }
 }
 
 /// A classifier that also keeps each failed attempt's error, from
 /// [`Retry::keep_last_error`].
 #[derive(Debug, Clone, Copy, Default)]
 pub struct KeepLast<W>(W);
+
+impl<W> KeepLast<W> {
+    /// `when`, keeping every failed attempt's error.
+    #[inline(always)]
+    pub(crate) const fn new(when: W) -> Self {
+        Self(when)
+    }
+}
 
 impl<E, W> When<E> for KeepLast<W>
 where
@@ -70,6 +99,11 @@ where
     fn keep(&mut self, error: E) -> Option<Cause> {
         Some(Cause::new(error))
     }
+
+    #[inline]
+    fn reason(&mut self, error: &E, verdict: Verdict) -> Option<Reason> {
+        self.0.reason(error, verdict)
+    }
 }
 
 /// The default classifier: the error's own [`Classify`] impl.
@@ -85,6 +119,11 @@ impl<E: Classify> When<E> for ByClassify {
     #[inline]
     fn outcome(&mut self, error: &E) -> Outcome {
         error.outcome()
+    }
+
+    #[inline]
+    fn reason(&mut self, error: &E, _: Verdict) -> Option<Reason> {
+        error.reason()
     }
 }
 

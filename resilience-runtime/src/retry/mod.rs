@@ -13,7 +13,8 @@
 //!   policy;
 //! - [`BlockingRetry`]: the executor for blocking code, on the caller's
 //!   thread, no runtime needed ([`Policy::retry_blocking`]);
-//! - [`Attempts`]: the same rules for code that drives its own loop;
+//! - [`Attempts`]: the same rules for code that drives its own loop, as
+//!   the attributes' expansion does (its loop is `chain.rs`);
 //! - [`Budget`]: the retries of every chain to one dependency, capped at a
 //!   share of its calls.
 //!
@@ -48,6 +49,7 @@ mod attempts;
 mod backoff;
 mod blocking;
 pub mod budget;
+pub(crate) mod chain;
 mod classify;
 mod executor;
 pub mod hedge;
