@@ -44,7 +44,7 @@
 //! | 3 mechanisms that report through telemetry | `breaker`, `limit` |
 //! | 2 observation of calls: metrics, spans, events | `telemetry` |
 //! | 1 the retry core: backoff, classification, the attempt loop, budgets, hedging | `retry` |
-//! | 0 ground: errors, the caller's deadline, striped counters and tickers, the Redis link | `deadline`, `error`, `redis_link`, `striped` |
+//! | 0 ground: errors, the caller's deadline, durations and timers, striped counters and tickers, the Redis link | `clock`, `deadline`, `error`, `redis_link`, `striped` |
 //!
 //! What a lower layer needs from a higher one is passed down when it is
 //! known, never looked up: a breaker's service label is given to it by the
@@ -55,8 +55,7 @@
 //! opens; it reports each hedge through a hook, counted by
 //! [`Policy::hedge`](retry::Policy::hedge) on telemetry's side; and the
 //! attributes' retry chain reports its attempts to a scope its call site
-//! hands it. The helpers of this file (`duration_nanos`, `sleep_until`)
-//! are ground.
+//! hands it.
 // `deny`, not `forbid`: linkme's distributed slice (`registry::SITES`) is
 // the one place allowed to declare the linker sections it needs.
 #![deny(unsafe_code)]
@@ -65,6 +64,7 @@
 pub mod breaker;
 #[doc(hidden)]
 pub mod callsite;
+mod clock;
 pub mod consumer;
 #[cfg(feature = "sqlx-postgres")]
 pub mod db;
@@ -99,43 +99,3 @@ pub use error::{Cause, ConfigError, DependencyDown, Error, Overloaded};
 pub use idempotency::IdempotencyKey;
 pub use registry::Registry;
 pub use retry::{Classify, Outcome, Policy, Verdict};
-
-/// `duration` in nanoseconds, saturating past `u64::MAX` (584 years): the
-/// compact form the breaker's clock and the retry policy keep durations in.
-pub(crate) const fn duration_nanos(duration: std::time::Duration) -> u64 {
-    let nanos = duration.as_nanos();
-    if nanos > u64::MAX as u128 {
-        u64::MAX
-    } else {
-        nanos as u64
-    }
-}
-
-/// A duration kept in nanoseconds, shown in `Debug` as the config file
-/// writes it (`100ms`, `30s`: `resilience_rules::duration::display`), not
-/// as a raw count of nanoseconds.
-pub(crate) struct ShowNanos(pub(crate) u64);
-
-impl std::fmt::Debug for ShowNanos {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&resilience_rules::duration::display(
-            std::time::Duration::from_nanos(self.0),
-        ))
-    }
-}
-
-/// The message of the panic a timer raises outside a Tokio runtime.
-pub(crate) const NO_TOKIO: &str = "resilience needs a Tokio runtime with its timer: a protected call paused before a retry, or timed an attempt, outside one (for example under `futures::executor::block_on`); run it inside a Tokio runtime (`#[tokio::main]`, `#[tokio::test]`, or `Runtime::block_on` of a runtime built with `enable_time()` or `enable_all()`)";
-
-/// `tokio::time::sleep_until`, with a panic that says what is missing when
-/// no Tokio runtime runs the call (tokio's own says "no reactor running").
-///
-/// # Panics
-///
-/// Outside a Tokio runtime, with [`NO_TOKIO`].
-pub(crate) fn sleep_until(until: tokio::time::Instant) -> tokio::time::Sleep {
-    if tokio::runtime::Handle::try_current().is_err() {
-        panic!("{NO_TOKIO}");
-    }
-    tokio::time::sleep_until(until)
-}

@@ -11,7 +11,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::{BreakerConfig, CircuitBreaker, State, owner, report};
-use crate::duration_nanos;
+use crate::clock::duration_nanos;
 use crate::error::ConfigError;
 use crate::telemetry::Labels;
 

@@ -187,8 +187,8 @@ use self::state::{
 };
 use self::sync::{Arc, AtomicU64, Ordering::*, RwLock};
 use self::window::{Counts, LastCalls, SlidingWindow};
+use crate::clock::duration_nanos;
 use crate::deadline;
-use crate::duration_nanos;
 use crate::error::{ConfigError, DependencyDown, Error};
 use crate::retry::{ByClassify, Classify, FromRuntimeError, Outcome, When};
 use crate::telemetry::Labels;
@@ -1295,7 +1295,7 @@ impl Cut {
             _ => (end, CutBy::Timeout(timeout)),
         };
         Cut {
-            sleep: crate::sleep_until(until),
+            sleep: crate::clock::sleep_until(until),
             by,
         }
     }

@@ -29,7 +29,7 @@ impl Inner {
     /// the cooldown, and in any case before a cooldown that starts now
     /// could end.
     fn next_breaker_event(&self, now: u64) -> u64 {
-        let cooldown = crate::duration_nanos(self.config.cooldown());
+        let cooldown = crate::clock::duration_nanos(self.config.cooldown());
         let mut next = now.saturating_add((cooldown / 2).max(EARLY));
         if let Window::Time(_) = self.config.window() {
             next = next.min((now / self.bucket_width + 1).saturating_mul(self.bucket_width));

@@ -56,9 +56,9 @@ impl Report {
     pub(crate) fn shed(&self, priority: Priority, limit: u32) -> Overloaded {
         limit_shed(self.labels, self.by, priority);
         let shed = self.shed_since.fetch_add(1, Ordering::Relaxed) + 1;
-        let now = crate::duration_nanos(self.born.elapsed()) + 1;
+        let now = crate::clock::duration_nanos(self.born.elapsed()) + 1;
         let last = self.warned_at.load(Ordering::Relaxed);
-        let due = last == 0 || now.saturating_sub(last) >= crate::duration_nanos(WARN_EVERY);
+        let due = last == 0 || now.saturating_sub(last) >= crate::clock::duration_nanos(WARN_EVERY);
         if due
             && self
                 .warned_at

@@ -181,7 +181,7 @@ impl Throttle {
             .map_err(|err| err.with_subject(format!("client-side throttle `{name}`")))?;
         Ok(Self {
             k: config.k,
-            bucket: (crate::duration_nanos(config.window) / BUCKETS as u64).max(1),
+            bucket: (crate::clock::duration_nanos(config.window) / BUCKETS as u64).max(1),
             born: Instant::now(),
             buckets: std::array::from_fn(|_| Bucket {
                 epoch: AtomicU64::new(u64::MAX),
@@ -271,7 +271,7 @@ impl Throttle {
     }
 
     fn epoch(&self) -> u64 {
-        crate::duration_nanos(self.born.elapsed()) / self.bucket
+        crate::clock::duration_nanos(self.born.elapsed()) / self.bucket
     }
 
     /// Counts one request, accepted or not, in the current bucket.

@@ -239,7 +239,7 @@ impl Vegas {
     /// in flight (itself included), dropped or not. Returns the new limit
     /// when it changed.
     pub(crate) fn sample(&self, rtt: Duration, in_flight: u32, dropped: bool) -> Option<u32> {
-        let rtt = crate::duration_nanos(rtt).max(1);
+        let rtt = crate::clock::duration_nanos(rtt).max(1);
         let count = self.probe_count.fetch_add(1, Ordering::Relaxed) + 1;
         let estimate = f64::from_bits(self.estimate.load(Ordering::Relaxed));
         let jitter = f64::from_bits(self.probe_jitter.load(Ordering::Relaxed));

@@ -731,6 +731,6 @@ impl AttemptTimer {
 fn arm(mut sleep: Pin<&mut Option<Sleep>>, until: Instant) {
     match sleep.as_mut().as_pin_mut() {
         Some(sleep) => sleep.reset(until),
-        None => sleep.set(Some(crate::sleep_until(until))),
+        None => sleep.set(Some(crate::clock::sleep_until(until))),
     }
 }

@@ -5,7 +5,7 @@ use std::time::Duration;
 use rand::{Rng, RngCore};
 use resilience_rules::limits::{MAX_JITTER, MAX_MULTIPLIER};
 
-use crate::duration_nanos;
+use crate::clock::duration_nanos;
 use crate::error::ConfigError;
 
 /// The smallest jitter factor accepted: below 10 % clients that failed
@@ -82,9 +82,9 @@ pub struct Backoff {
 impl std::fmt::Debug for Backoff {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Backoff")
-            .field("initial", &crate::ShowNanos(self.initial))
+            .field("initial", &crate::clock::ShowNanos(self.initial))
             .field("multiplier", &self.multiplier)
-            .field("max_interval", &crate::ShowNanos(self.max_interval))
+            .field("max_interval", &crate::clock::ShowNanos(self.max_interval))
             .field("growth", &self.growth)
             .field("jitter", &self.jitter)
             .finish()

@@ -7,7 +7,7 @@ use resilience_rules::limits::MAX_ATTEMPTS;
 
 use super::backoff::{Backoff, Jitter};
 use super::budget::Budget;
-use crate::duration_nanos;
+use crate::clock::duration_nanos;
 use crate::error::ConfigError;
 
 /// What a retry chain may do: how many attempts, how long in all, how long
@@ -58,12 +58,17 @@ impl std::fmt::Debug for Policy {
         f.debug_struct("Policy")
             .field("backoff", &self.backoff)
             .field("max_attempts", &self.max_attempts)
-            .field("max_elapsed", &crate::ShowNanos(self.max_elapsed))
+            .field("max_elapsed", &crate::clock::ShowNanos(self.max_elapsed))
             .field(
                 "attempt_timeout",
-                &self.attempt_timeout.map(|t| crate::ShowNanos(t.get())),
+                &self
+                    .attempt_timeout
+                    .map(|t| crate::clock::ShowNanos(t.get())),
             )
-            .field("max_retry_after", &crate::ShowNanos(self.max_retry_after))
+            .field(
+                "max_retry_after",
+                &crate::clock::ShowNanos(self.max_retry_after),
+            )
             .field("budget", &self.budget)
             .finish()
     }

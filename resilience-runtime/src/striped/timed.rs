@@ -31,7 +31,7 @@ pub(crate) trait Ticked: Send + Sync {
     fn origin(&self) -> Instant;
     /// Nanoseconds on tokio's clock since `origin`.
     fn now(&self) -> u64 {
-        crate::duration_nanos(Instant::now().saturating_duration_since(self.origin()))
+        crate::clock::duration_nanos(Instant::now().saturating_duration_since(self.origin()))
     }
     /// Does what is due by `now`.
     fn maintain(&self, now: u64);

@@ -30,7 +30,7 @@ use super::super::state::{CLOSED, HALF_OPEN, OPEN, Probes, Word};
 use super::super::sync::Ordering::*;
 use super::super::window::Counts;
 use super::{Link, script};
-use crate::duration_nanos;
+use crate::clock::duration_nanos;
 
 /// How long the fleet's state outlives its last opening: a day.
 const STATE_TTL: Duration = Duration::from_secs(24 * 3600);
