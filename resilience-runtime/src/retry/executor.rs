@@ -22,10 +22,13 @@ use crate::error::Cause;
 /// for one call site, as `#[retry(when = …)]` does. Every loop of the
 /// library classifies through it: [`Retry`], the blocking executor and the
 /// attributes' own chain.
+// Neither `{Self}` nor `{E}` in the message: at a `#[retry(when = …)]`
+// site the first is wrapped in the chain's keeper and the second is not
+// inferred yet when rustc reports it.
 #[diagnostic::on_unimplemented(
-    message = "`{Self}` cannot classify `{E}`",
-    label = "not a classifier of `{E}`",
-    note = "a classifier is a fn or closure taking `&{E}` and returning a `Verdict`, or a `bool` where `true` means retry"
+    message = "the `when` classifier cannot classify this error type",
+    label = "not the error type the classifier takes",
+    note = "a `when` classifier is a fn or closure taking a reference to the error type (`&E` of `Result<T, E>`) and returning a `Verdict`, or a `bool` where `true` means retry"
 )]
 pub trait When<E> {
     /// The verdict for `error`.
