@@ -5,12 +5,14 @@ use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
 
-use sqlx::{PgConnection, PgPool};
+use sqlx::pool::PoolConnection;
+use sqlx::{Connection, PgConnection, PgPool, Postgres};
 use tokio::time::Instant;
 
 use crate::error::Error;
 use crate::retry::no_retry;
 use crate::retry::{Classify, Policy};
+use crate::telemetry::{Labels, RetryMetrics};
 
 /// The future of one run of a transaction's closure, borrowing the
 /// transaction's connection for `'c` (the same as `futures::future::BoxFuture`).
@@ -63,6 +65,12 @@ impl Isolation {
 /// [`Error::CommitOutcomeUnknown`]. Every other error rolls back and is
 /// returned at once, after one attempt.
 ///
+/// Each run is reported like every other retry chain: the attempt metrics
+/// under the labels of [`labels`](Self::labels) (by default the service
+/// the registry names and the target `postgres`), an INFO event
+/// `attempt failed, retrying after a pause` for each run again, a WARN when
+/// it gives up.
+///
 /// Built by [`transaction`]; see the [module docs](super) for when to use
 /// it.
 ///
@@ -102,6 +110,7 @@ pub struct Transaction<'p> {
     pool: &'p PgPool,
     isolation: Isolation,
     policy: Policy,
+    labels: Option<Labels>,
 }
 
 /// A [`Transaction`] on `pool`, at the server's default isolation level
@@ -124,6 +133,7 @@ pub fn transaction(pool: &PgPool) -> Transaction<'_> {
         pool,
         isolation: Isolation::Default,
         policy: Policy::db_tx(),
+        labels: None,
     }
 }
 
@@ -142,6 +152,27 @@ impl<'p> Transaction<'p> {
     /// Runs under `policy` instead of [`Policy::db_tx`].
     pub const fn policy(mut self, policy: Policy) -> Self {
         self.policy = policy;
+        self
+    }
+
+    /// Reports its attempts under `labels` instead of the service the
+    /// registry names and the target `postgres`: one target per kind of
+    /// transaction tells a hot row from a busy database.
+    ///
+    /// ```no_run
+    /// use resilience::db;
+    /// use resilience::telemetry::Labels;
+    ///
+    /// # async fn demo(pool: sqlx::PgPool) -> Result<(), sqlx::Error> {
+    /// db::transaction(&pool)
+    ///     .serializable()
+    ///     .labels(Labels::of("transfers"))
+    ///     .run(|tx| Box::pin(async move { sqlx::query("SELECT 1").execute(&mut *tx).await.map(drop) }))
+    ///     .await
+    /// # }
+    /// ```
+    pub const fn labels(mut self, labels: Labels) -> Self {
+        self.labels = Some(labels);
         self
     }
 
@@ -178,13 +209,20 @@ impl<'p> Transaction<'p> {
         // attempt's future at a time.
         let f = tokio::sync::Mutex::new(f);
         let (this, f) = (&self, &f);
+        let labels = self.labels.unwrap_or_else(|| Labels::of("postgres"));
         self.policy
             .retry(move || async move {
                 let mut f = f.lock().await;
-                let mut tx = this.pool.begin_with(this.isolation.begin()).await?;
+                let mut conn = this.pool.acquire().await?;
+                let mut tx = conn.begin_with(this.isolation.begin()).await?;
                 let result = no_retry::open(bound(until), (*f)(&mut tx)).await;
-                finish(tx, result).await
+                let (result, refused) = finish(tx, result).await;
+                if refused {
+                    forget_refused_commit(&mut conn).await;
+                }
+                result
             })
+            .notify_with(RetryMetrics::new(labels))
             .await
     }
 
@@ -232,9 +270,14 @@ impl<'p> Transaction<'p> {
         F: AsyncFnOnce(&mut PgConnection) -> Result<T, E>,
         E: From<sqlx::Error>,
     {
-        let mut tx = self.pool.begin_with(self.isolation.begin()).await?;
+        let mut conn = self.pool.acquire().await?;
+        let mut tx = conn.begin_with(self.isolation.begin()).await?;
         let result = no_retry::open(bound(until), f(&mut tx)).await;
-        finish(tx, result).await
+        let (result, refused) = finish(tx, result).await;
+        if refused {
+            forget_refused_commit(&mut conn).await;
+        }
+        result
     }
 }
 
@@ -245,7 +288,8 @@ fn bound(until: Option<Instant>) -> Instant {
     until.unwrap_or_else(|| Instant::now() + std::time::Duration::from_secs(3600))
 }
 
-/// Commits after `Ok`, rolls back after `Err`.
+/// Commits after `Ok`, rolls back after `Err`; `true` beside the result
+/// when the server refused the commit.
 ///
 /// A commit the server refused (`40001` at `COMMIT` under `SERIALIZABLE`)
 /// was not applied and may run again. A commit whose connection broke may
@@ -253,26 +297,47 @@ fn bound(until: Option<Instant>) -> Instant {
 /// classifier retries, carried in `sqlx::Error::Io` like every runtime
 /// error.
 async fn finish<T, E: From<sqlx::Error>>(
-    tx: sqlx::PgTransaction<'static>,
+    tx: sqlx::Transaction<'_, Postgres>,
     result: Result<T, E>,
-) -> Result<T, E> {
+) -> (Result<T, E>, bool) {
     match result {
         Ok(value) => match tx.commit().await {
-            Ok(()) => Ok(value),
-            Err(refused @ sqlx::Error::Database(_)) => Err(refused.into()),
+            Ok(()) => (Ok(value), false),
+            Err(refused @ sqlx::Error::Database(_)) => (Err(refused.into()), true),
             Err(broken) => {
                 let unknown = Error::CommitOutcomeUnknown {
                     cause: Some(crate::error::Cause::new(broken)),
                 };
-                Err(sqlx::Error::from(unknown).into())
+                (Err(sqlx::Error::from(unknown).into()), false)
             }
         },
         Err(error) => {
             // The closure's error is the one that matters; a rollback that
             // fails leaves a broken connection, which the pool closes.
             let _ = tx.rollback().await;
-            Err(error)
+            (Err(error), false)
         }
+    }
+}
+
+/// After a refused `COMMIT`, the server has already ended the transaction,
+/// but sqlx (0.8) still queues a `ROLLBACK` on the connection as the
+/// failed transaction drops, and offers no way to take it back: sent with
+/// whatever next uses the connection, it earns the server's warning "there
+/// is no transaction in progress", which sqlx logs at WARN and which reads
+/// like a bug in the application. It is flushed here, at once, with that
+/// one answer kept out of the logs; the retry that follows is reported by
+/// the chain.
+async fn forget_refused_commit(conn: &mut PoolConnection<Postgres>) {
+    use tracing::instrument::WithSubscriber;
+    let flushed = conn
+        .ping()
+        .with_subscriber(tracing::subscriber::NoSubscriber::default())
+        .await;
+    if flushed.is_err() {
+        // A connection that cannot even answer a ping goes, not back to
+        // the pool.
+        conn.close_on_drop();
     }
 }
 
@@ -281,6 +346,7 @@ impl fmt::Debug for Transaction<'_> {
         f.debug_struct("Transaction")
             .field("isolation", &self.isolation)
             .field("policy", &self.policy)
+            .field("labels", &self.labels)
             .finish_non_exhaustive()
     }
 }
