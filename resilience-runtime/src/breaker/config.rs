@@ -6,6 +6,7 @@ use crate::error::ConfigError;
 
 /// How much history the breaker looks at when it decides to trip.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum Window {
     /// The calls of the last `Duration`, in ten buckets: a failure leaves
     /// the window one bucket (a tenth of the window) at a time, so old

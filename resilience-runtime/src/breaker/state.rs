@@ -10,6 +10,7 @@ use std::fmt;
 /// the probes in flight, whether an operator forced it); this is what
 /// callers, hooks and metrics see.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum State {
     /// Calls go through and are counted.
     Closed,

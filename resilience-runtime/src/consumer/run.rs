@@ -55,6 +55,7 @@ impl Requeue {
 
 /// What became of one message.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Disposition {
     /// The handler succeeded after `attempts` attempts; acknowledged.
     Processed {

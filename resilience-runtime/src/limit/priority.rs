@@ -34,6 +34,7 @@
 /// assert_eq!(Priority::Sheddable.share(1), 1);
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+#[non_exhaustive]
 pub enum Priority {
     /// Shed first: work nobody waits for.
     Sheddable,

@@ -145,8 +145,6 @@ use crate::retry::{Budget, BudgetConfig, Policy, PolicyBuilder};
 
 use self::file::FileConfig;
 #[doc(hidden)]
-pub use self::sites::linkme;
-#[doc(hidden)]
 pub use self::sites::{Defaults, SITES, Site, SiteDefaults};
 pub use self::sites::{SiteConfig, SiteInfo};
 

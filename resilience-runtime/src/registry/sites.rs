@@ -75,8 +75,6 @@ mod linked {
 
 #[doc(hidden)]
 pub use linked::SITES;
-#[doc(hidden)]
-pub use linkme;
 
 /// Adds the site `$site` to the registry's list, at link time: a `static`
 /// the linker gathers, so no call pays for it. Expanded in the user's

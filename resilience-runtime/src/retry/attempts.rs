@@ -21,6 +21,7 @@ use crate::error::{Cause, Error};
 
 /// What cuts an attempt in flight short.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum Cut {
     /// The policy's per-attempt timeout: the attempt failed with
     /// [`Error::AttemptTimeout`], a transient error like any other.

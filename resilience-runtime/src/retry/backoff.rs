@@ -15,6 +15,7 @@ pub const MIN_JITTER: f64 = resilience_rules::limits::MIN_JITTER;
 
 /// How a pause is randomized.
 #[derive(Debug, Clone, Copy, PartialEq)]
+#[non_exhaustive]
 pub enum Jitter {
     /// `delay · (1 ± factor)`, uniform: the [guide's](crate::guide#retry) formula. The default is
     /// `Symmetric(0.25)`, i.e. ±25 %.
@@ -32,6 +33,7 @@ pub enum Jitter {
 
 /// How the un-randomized pause grows with the attempt number.
 #[derive(Debug, Clone, Copy, PartialEq)]
+#[non_exhaustive]
 pub enum Growth {
     /// `initial · multiplier^n`.
     Exponential,

@@ -32,6 +32,7 @@ use crate::error::{ConfigError, Error};
 
 /// What to do about a failed attempt.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum Verdict {
     /// Worth another attempt after the policy's backoff.
     Transient,
@@ -107,6 +108,7 @@ impl Verdict {
 /// assert_eq!(hung.outcome(), Outcome::Failure);
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum Outcome {
     /// The dependency answered: a value, or a business error such as a
     /// `404` or a unique violation.
@@ -135,6 +137,7 @@ impl Outcome {
 /// [metrics](crate::guide#metrics-and-alerts)). The set is closed so that
 /// the label's cardinality stays bounded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum Reason {
     /// The dependency did not answer in time.
     Timeout,

@@ -130,10 +130,10 @@ impl Hedge {
         Ok(Self { name, delay, max })
     }
 
-    /// A hedge whose values were checked already: what `#[hedge]` expands
-    /// to, its values refused at compile time.
-    #[doc(hidden)]
-    pub const fn new_unchecked(name: &'static str, delay: Duration, max: u32) -> Self {
+    /// A hedge whose values were checked already: what a `#[hedge]` site
+    /// builds, its values refused at compile time. Never public: it
+    /// bypasses every rule of [`new`](Self::new).
+    pub(crate) const fn new_unchecked(name: &'static str, delay: Duration, max: u32) -> Self {
         Self { name, delay, max }
     }
 

@@ -394,9 +394,10 @@ impl PolicyBuilder {
         self.backoff.validate()
     }
 
-    // For presets and for the macros, whose arguments were checked at compile time.
-    #[doc(hidden)]
-    pub const fn build_unchecked(self) -> Policy {
+    // For the presets and the attributes' sites, whose values were checked
+    // already (at compile time for the attributes); never public, since it
+    // bypasses every rule `build` enforces.
+    pub(crate) const fn build_unchecked(self) -> Policy {
         let attempt_timeout = match self.attempt_timeout {
             // Checked by `build`; a zero timeout left unchecked is the
             // shortest one there is, never "none".

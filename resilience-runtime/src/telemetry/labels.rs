@@ -79,6 +79,7 @@ impl Labels {
 /// The `result` label of `http_client_retries_total`: how one attempt
 /// ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum AttemptResult {
     /// The attempt succeeded.
     Success,
@@ -207,6 +208,7 @@ impl Status {
 /// The `kind` label of `http_client_fallbacks_total`: which of the guide's
 /// [fallbacks](crate::guide#fallbacks) answered the call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum Fallback {
     /// A stale cached value, marked as stale.
     Stale,
