@@ -29,11 +29,30 @@
 //! # Brokers
 //!
 //! A broker is one implementation of [`Broker`]: receive, ack, requeue,
-//! dead-letter. `rabbitmq` (feature `rabbitmq`, over `lapin`) is the one
-//! shipped. A Kafka adapter is one file too: `next` is the consumer's
-//! `recv`, `ack` stores the offset, `requeue` seeks the partition back to
-//! the message, `dead_letter` produces to `<topic>.dlq` with the error in
-//! its headers and waits for the delivery report.
+//! dead-letter. Two are shipped: `rabbitmq` (feature `rabbitmq`, over
+//! `lapin`) and `jetstream` (feature `jetstream`, NATS JetStream pull
+//! consumers over `async-nats`). A Kafka adapter is one file too: `next` is
+//! the consumer's `recv`, `ack` stores the offset, `requeue` seeks the
+//! partition back to the message, `dead_letter` produces to `<topic>.dlq`
+//! with the error in its headers and waits for the delivery report.
+//!
+//! # The guide's Kafka rules on each broker
+//!
+//! The guide writes its consumer rules for Kafka: "the delay blocks the
+//! partition: while a handler retries, the other messages of the partition
+//! wait; if `InitialInterval · 2^MaxRetries` > `max.poll.interval.ms`,
+//! rebalance", and after the retries, `PoisonQueue` → DLQ. What each
+//! rule becomes:
+//!
+//! | the guide's rule (Kafka) | NATS JetStream | RabbitMQ |
+//! |---|---|---|
+//! | the ack deadline: `max.poll.interval.ms`, past which the consumer leaves the group and its partitions go to another | the JetStream consumer's `ack_wait` (30 s by default), past which the server redelivers the message to any puller; `JetStream::subscribe` reads it and refuses a chain that can outlast it | the broker's `consumer_timeout` (30 min by default) or the queue's `x-consumer-timeout`, past which the broker closes the channel and requeues every message on it |
+//! | give [`ConsumerConfig::new`] that deadline | `ack_wait` | `consumer_timeout` |
+//! | partition blocking: one message retried holds back those behind it | with `max_ack_pending = 1` (strict order), the whole consumer waits, as a partition does; above 1, the other pullers go on and only this puller waits (the adapter pulls one message at a time, so none waits in its buffer while its `ack_wait` runs) | the adapter's prefetch of one: this consumer waits, the other consumers of the queue go on; order across consumers is not kept |
+//! | redelivery after a crash | after `ack_wait` (a closed connection hands nothing back), delivery count + 1 | at once when the channel closes, `redelivered` set |
+//! | `MaxRetries` then `PoisonQueue` → DLQ | the chain runs inside one delivery; the letter is published to a dead-letter subject a stream captures, the publish acknowledged, then the original acked. Keep `max_deliver` unlimited (`-1`) or well above the requeues you expect: past it the server drops the message with only an advisory, no dead letter | the chain runs inside one delivery; the letter is published with publisher confirms to a dead-letter route, then the original acked. The broker's own `x-dead-letter-exchange` cannot carry the error and is not used |
+//! | Kafka's `<topic>.dlq` | a dead-letter stream (`ORDERS_DLQ` on `orders.dlq`) | a dead-letter queue (`orders.dlq`) |
+//! | the deduplicator's key | `Nats-Msg-Id`, else the stream sequence with its store time | the AMQP `message-id` |
 //!
 //! # Metrics
 //!
@@ -74,6 +93,8 @@
 
 mod config;
 mod dedup;
+#[cfg(feature = "jetstream")]
+pub mod jetstream;
 mod message;
 mod metrics;
 #[cfg(feature = "rabbitmq")]
