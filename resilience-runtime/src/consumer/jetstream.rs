@@ -58,7 +58,7 @@
 //! use resilience::telemetry::Labels;
 //! use std::time::Duration;
 //!
-//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+//! # async fn run() -> Result<(), resilience::consumer::jetstream::async_nats::Error> {
 //! let client = jetstream::async_nats::connect("127.0.0.1:4222").await?;
 //! let context = jetstream::async_nats::jetstream::new(client);
 //! let stream = context.get_stream("ORDERS").await?;
@@ -252,7 +252,7 @@ impl JetStream {
     /// use resilience::telemetry::Labels;
     /// use std::time::Duration;
     ///
-    /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+    /// # async fn run() -> Result<(), resilience::consumer::jetstream::async_nats::Error> {
     /// let context = jetstream::async_nats::jetstream::new(jetstream::async_nats::connect("127.0.0.1:4222").await?);
     /// let pull = context.get_stream("ORDERS").await?.get_consumer("billing").await?;
     /// let config = ConsumerConfig::background(Labels::new("billing", "orders"), Duration::from_secs(300))?;
