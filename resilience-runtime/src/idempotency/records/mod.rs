@@ -155,15 +155,7 @@ where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        let now = Instant::now();
-        let mut state = self.lock();
-        state.purge(now);
-        if !state.is_held_by(key, lease) {
-            return false;
-        }
-        let expiry = state.expiry(now, ttl);
-        state.reschedule(key, expiry, Some(Record::Done(done)));
-        true
+        self.rearm(key, lease, ttl, Some(Record::Done(done)))
     }
 
     /// Moves the end of the lock `lease` holds on `key` to `lock_ttl` from
@@ -174,14 +166,24 @@ where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
+        self.rearm(key, lease, lock_ttl, None)
+    }
+
+    /// What `complete` and `renew` share: if `lease` holds `key`, a new
+    /// expiry `ttl` from now and, when given, a new record.
+    fn rearm<Q>(&self, key: &Q, lease: &H, ttl: Duration, record: Option<Record<H, D>>) -> bool
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
         let now = Instant::now();
         let mut state = self.lock();
         state.purge(now);
         if !state.is_held_by(key, lease) {
             return false;
         }
-        let expiry = state.expiry(now, lock_ttl);
-        state.reschedule(key, expiry, None);
+        let expiry = state.expiry(now, ttl);
+        state.reschedule(key, expiry, record);
         true
     }
 
