@@ -1,0 +1,381 @@
+//! The breaker's state machine: the state word and what moves it (trips,
+//! the end of the cooldown, half-open admission and the probes' outcomes,
+//! the operator's transitions), the window and the hooks.
+
+use tokio::time::Instant;
+
+use super::config::{BreakerConfig, Window};
+#[cfg(all(feature = "breaker-redis", not(loom)))]
+use super::shared;
+use super::state::{CLOSED, FORCED, HALF_OPEN, KIND, NO_TICKER, OPEN, Probes, State, Word, later};
+use super::{Fleet, family, report};
+use crate::clock::duration_nanos;
+use crate::striped::sync::{Arc, AtomicU64, Ordering::*, RwLock};
+use crate::striped::window::{Counts, LastCalls, SlidingWindow};
+use crate::telemetry::Labels;
+
+pub(super) type Hook = Box<dyn Fn(&'static str, State, State) + Send + Sync>;
+
+/// The state word on a cache line of its own, so that the writes of
+/// transitions and ticks to the fields around it never evict it.
+#[repr(align(64))]
+pub(super) struct Padded<T>(pub(super) T);
+
+impl<T> std::ops::Deref for Padded<T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        &self.0
+    }
+}
+
+pub(super) struct Inner {
+    /// Read by every call; see [`state`] for the layout.
+    pub(super) state: Padded<AtomicU64>,
+    /// `service` and `target` (the name) of its metrics.
+    pub(super) labels: Labels,
+    /// The key and the family of a [`BreakerFamily`] member (whose name is
+    /// the family's): boxed, so that a breaker of no family pays a word.
+    pub(super) member: Option<Box<family::Tag>>,
+    pub(super) config: BreakerConfig,
+    pub(super) bucket_width: u64,
+    /// Nanoseconds since `origin` at which the cooldown ends.
+    pub(super) open_until: AtomicU64,
+    pub(super) probes: AtomicU64,
+    pub(super) window: SlidingWindow,
+    /// The failures of a count window by call number; `None` for a time
+    /// window.
+    pub(super) last_calls: Option<Box<LastCalls>>,
+    pub(super) origin: Instant,
+    /// `origin` in nanoseconds from the epoch rejections count from, so
+    /// that a rejection's end of cooldown is an add.
+    pub(super) origin_from_epoch: i64,
+    pub(super) hooks: RwLock<Vec<Hook>>,
+    /// What the breaker shares with its sync task, when shared.
+    #[cfg(all(feature = "breaker-redis", not(loom)))]
+    pub(super) shared: Option<Arc<shared::Link>>,
+}
+
+impl Inner {
+    /// A closed breaker with an empty window, driven by no ticker yet:
+    /// its first call looks for one.
+    pub(super) fn new(
+        labels: Labels,
+        config: BreakerConfig,
+        owned: usize,
+        member: Option<Box<family::Tag>>,
+    ) -> Inner {
+        let origin = Instant::now();
+        Inner {
+            state: Padded(AtomicU64::new(Word::new(CLOSED, false, 0, NO_TICKER).0)),
+            labels,
+            member,
+            config,
+            bucket_width: config.bucket_width(),
+            open_until: AtomicU64::new(0),
+            probes: AtomicU64::new(0),
+            window: SlidingWindow::new(owned),
+            last_calls: match config.window() {
+                Window::Count(n) => Some(Box::new(LastCalls::new(n))),
+                Window::Time(_) => None,
+            },
+            origin,
+            origin_from_epoch: crate::error::nanos_from_epoch(origin),
+            hooks: RwLock::new(Vec::new()),
+            #[cfg(all(feature = "breaker-redis", not(loom)))]
+            shared: config
+                .sharing()
+                .map(|sharing| Arc::new(shared::Link::new(sharing, labels))),
+        }
+    }
+
+    pub(super) fn fleet(&self) -> Fleet {
+        #[cfg(all(feature = "breaker-redis", not(loom)))]
+        if let Some(link) = &self.shared {
+            return link.fleet();
+        }
+        Fleet::Off
+    }
+
+    /// The generation of the current state: it changes with every
+    /// transition.
+    #[inline(always)]
+    pub(super) fn generation(&self) -> u32 {
+        Word(self.state.load(Acquire)).generation()
+    }
+
+    /// Nanoseconds on tokio's clock since the breaker was created.
+    pub(super) fn now(&self) -> u64 {
+        duration_nanos(Instant::now().saturating_duration_since(self.origin))
+    }
+
+    /// Moves a time window to the bucket of `now` (a count window keeps
+    /// its calls in `last_calls`, and has no buckets to move).
+    pub(super) fn rotate(&self, now: u64, totals: Counts) {
+        if let Window::Time(_) = self.config.window() {
+            self.window.rotate(now / self.bucket_width, totals);
+        }
+    }
+
+    /// What has to happen by `now`: the window's rotation, the end of the
+    /// cooldown.
+    pub(super) fn maintain(&self, now: u64) {
+        // The stripes are summed only for a rotation: most calls that read
+        // the clock find the bucket unchanged, and summing reads the cache
+        // line of every other thread that counts.
+        if let Window::Time(_) = self.config.window()
+            && now / self.bucket_width > self.window.epoch()
+        {
+            self.rotate(now, self.window.totals());
+        }
+        let word = Word(self.state.load(Acquire));
+        if word.kind() == OPEN && !word.forced() && now >= self.open_until.load(Acquire) {
+            self.transition(word, HALF_OPEN, false, now);
+        }
+    }
+
+    /// Records a failed or slow call admitted in the closed period of
+    /// `generation`, and trips the breaker when the window says so. A
+    /// call of an earlier period counts for nothing.
+    #[cold]
+    pub(super) fn record_closed(&self, generation: u32, failed: bool, slow: bool) {
+        let word = Word(self.state.load(Acquire));
+        if word.generation() != generation {
+            return;
+        }
+        let counts = match self.config.window() {
+            Window::Time(_) => {
+                // Calls before this one belong to the buckets they were
+                // made in.
+                self.rotate(self.now(), self.window.totals());
+                self.window.add(failed, slow);
+                self.window.counts(self.window.totals())
+            }
+            Window::Count(_) => {
+                self.window.add(failed, slow);
+                let number = self.window.totals().calls;
+                match &self.last_calls {
+                    Some(last) => last.record(number, failed, slow),
+                    None => Counts::default(),
+                }
+            }
+        };
+        if word.0 & (KIND | FORCED) != CLOSED {
+            return;
+        }
+        if self.should_trip(counts) {
+            self.transition(word, OPEN, false, self.now());
+        }
+    }
+
+    /// The counts of the window now.
+    pub(super) fn counts(&self) -> Counts {
+        let totals = self.window.totals();
+        match &self.last_calls {
+            None => self.window.counts(totals),
+            Some(last) => last.counts(totals.calls),
+        }
+    }
+
+    /// Empties the window, as every new state period starts.
+    fn clear_window(&self) {
+        self.window.clear();
+        if let Some(last) = &self.last_calls {
+            last.clear(self.window.totals().calls);
+        }
+    }
+
+    fn should_trip(&self, counts: Counts) -> bool {
+        let config = &self.config;
+        if counts.calls < u64::from(config.min_requests()) {
+            return false;
+        }
+        let calls = counts.calls as f64;
+        counts.failures as f64 >= config.failure_ratio() * calls
+            || config
+                .slow_call()
+                .is_some_and(|slow| counts.slow as f64 >= slow.ratio * calls)
+    }
+
+    /// Takes a probe slot of the half-open state of `generation`, if one is
+    /// free.
+    pub(super) fn try_probe(&self, generation: u32) -> bool {
+        let limit = self.probe_limit(generation).min(u32::from(u16::MAX));
+        if limit == 0 {
+            // A shared breaker whose fleet gave this replica no probe.
+            return false;
+        }
+        let mut current = Probes(self.probes.load(Acquire));
+        loop {
+            let next = if current.generation() == generation {
+                if u32::from(current.successes()) + u32::from(current.in_flight()) >= limit {
+                    return false;
+                }
+                Probes::new(generation, current.successes(), current.in_flight() + 1)
+            } else if later(generation, current.generation()) {
+                // The first probe of a new half-open period.
+                Probes::new(generation, 0, 1)
+            } else {
+                // A later half-open period already started: our view is stale.
+                return false;
+            };
+            match self
+                .probes
+                .compare_exchange(current.0, next.0, AcqRel, Acquire)
+            {
+                Ok(_) => return true,
+                Err(actual) => current = Probes(actual),
+            }
+        }
+    }
+
+    /// How many probes the half-open period of `generation` may have
+    /// in flight or succeeded.
+    fn probe_limit(&self, generation: u32) -> u32 {
+        #[cfg(all(feature = "breaker-redis", not(loom)))]
+        if let Some(link) = &self.shared {
+            return link.probe_limit(generation, self.config.half_open());
+        }
+        let _ = generation;
+        self.config.half_open()
+    }
+
+    /// Frees a probe's slot; `Some(success)` when it completed, `None` when
+    /// it was cancelled. Probes of an earlier half-open period are ignored.
+    pub(super) fn settle_probe(&self, generation: u32, success: Option<bool>) {
+        let half_open = |word: Word| word.kind() == HALF_OPEN && word.generation() == generation;
+        if let Some(succeeded) = success
+            && half_open(Word(self.state.load(Acquire)))
+        {
+            // The half-open period's own counts, for the snapshot.
+            self.window.add(!succeeded, false);
+            if let Some(last) = &self.last_calls {
+                last.record(self.window.totals().calls, !succeeded, false);
+            }
+        }
+        if success == Some(false) {
+            // Open before the slot is freed, so that no call takes the slot
+            // of a failed probe while still half-open.
+            let word = Word(self.state.load(Acquire));
+            if half_open(word) {
+                self.transition(word, OPEN, false, self.now());
+            }
+        }
+        let mut current = Probes(self.probes.load(Acquire));
+        let after = loop {
+            if current.generation() != generation || current.in_flight() == 0 {
+                return;
+            }
+            let successes = current.successes() + u16::from(success == Some(true));
+            let next = Probes::new(generation, successes, current.in_flight() - 1);
+            match self
+                .probes
+                .compare_exchange(current.0, next.0, AcqRel, Acquire)
+            {
+                Ok(_) => break next,
+                Err(actual) => current = Probes(actual),
+            }
+        };
+        let word = Word(self.state.load(Acquire));
+        if success == Some(true)
+            && half_open(word)
+            && u32::from(after.successes()) >= self.config.half_open()
+        {
+            self.transition(word, CLOSED, false, 0);
+        }
+    }
+
+    /// Operator transitions: from whatever state the breaker is in.
+    pub(super) fn transition_any(&self, to: u64, forced: bool) {
+        let now = self.now();
+        while !self.transition(Word(self.state.load(Acquire)), to, forced, now) {}
+    }
+
+    /// The one place where the breaker changes state: from the generation
+    /// of `from` only (a late outcome of an earlier state must not move the
+    /// breaker), to `to`, then the WARN and the hooks. Returns whether this
+    /// call made the change.
+    pub(super) fn transition(&self, from: Word, to: u64, forced: bool, now: u64) -> bool {
+        let until = if forced {
+            u64::MAX
+        } else {
+            now.saturating_add(duration_nanos(self.config.cooldown()))
+        };
+        self.transition_until(from, to, forced, until)
+    }
+
+    /// Moves the breaker to its fleet's state, from `from` only: open for
+    /// `open_for` more nanoseconds (an open breaker only has its cooldown
+    /// moved to the fleet's), half-open or closed. Returns whether it
+    /// changed.
+    #[cfg(all(feature = "breaker-redis", not(loom)))]
+    pub(super) fn follow(&self, from: Word, to: u64, open_for: Option<u64>) -> bool {
+        let now = self.now();
+        let until = now.saturating_add(open_for.unwrap_or(0));
+        if to == OPEN && from.kind() == OPEN {
+            if Word(self.state.load(Acquire)) == from {
+                self.open_until.store(until, Release);
+            }
+            return false;
+        }
+        self.transition_until(from, to, false, until)
+    }
+
+    /// [`transition`](Self::transition), opening until `until`.
+    fn transition_until(&self, from: Word, to: u64, forced: bool, until: u64) -> bool {
+        if Word(self.state.load(Acquire)).generation() != from.generation() {
+            return false;
+        }
+        // Set up the new state before it becomes visible. Half-open and
+        // closed start with fresh counts (gobreaker, resilience4j); open
+        // keeps the counts that tripped it, for the operator.
+        if to == OPEN {
+            self.open_until.store(until, Release);
+        } else {
+            self.clear_window();
+        }
+        let mut current = self.state.load(Acquire);
+        let before = loop {
+            let word = Word(current);
+            if word.generation() != from.generation() {
+                return false;
+            }
+            let next = word.next(to, forced);
+            match self
+                .state
+                .compare_exchange(current, next.0, AcqRel, Acquire)
+            {
+                Ok(_) => break word,
+                Err(actual) => current = actual,
+            }
+        };
+        let (from_state, to_state) = (before.state(), Word(to).state());
+        #[cfg(all(feature = "breaker-redis", not(loom)))]
+        if let Some(link) = &self.shared {
+            link.wake();
+        }
+        match &self.member {
+            None => report::breaker_transition(self.labels, from_state, to_state, forced),
+            Some(member) => member.transition(from_state, to_state, forced),
+        }
+        if from_state != to_state {
+            let hooks = self
+                .hooks
+                .read()
+                .unwrap_or_else(|poisoned| poisoned.into_inner());
+            for hook in hooks.iter() {
+                hook(self.labels.target(), from_state, to_state);
+            }
+        }
+        true
+    }
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        // A member dropped open (evicted members are closed, but a caller
+        // may have kept a handle to one) leaves its family's tally.
+        if let Some(member) = &self.member {
+            member.forget(Word(self.state.load(Acquire)).state());
+        }
+    }
+}
