@@ -111,7 +111,7 @@ fn concurrent_probe_outcomes_lose_no_transition() {
 #[test]
 fn a_stripe_changes_owner_without_losing_a_count() {
     use super::owner::{NONE, Slots};
-    use super::window::SlidingWindow;
+    use crate::striped::window::SlidingWindow;
 
     loom::model(|| {
         let slots = Arc::new(Slots::new());

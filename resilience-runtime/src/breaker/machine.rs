@@ -7,10 +7,12 @@ use tokio::time::Instant;
 use super::config::{BreakerConfig, Window};
 #[cfg(all(feature = "breaker-redis", not(loom)))]
 use super::shared;
-use super::state::{CLOSED, FORCED, HALF_OPEN, KIND, NO_TICKER, OPEN, Probes, State, Word, later};
+use super::state::{CLOSED, HALF_OPEN, OPEN, Probes, State, Word, later};
 use super::{Fleet, family, report};
 use crate::clock::duration_nanos;
-use crate::striped::sync::{Arc, AtomicU64, Ordering::*, RwLock};
+#[cfg(all(feature = "breaker-redis", not(loom)))]
+use crate::striped::sync::Arc;
+use crate::striped::sync::{AtomicU64, Ordering::*, RwLock};
 use crate::striped::window::{Counts, LastCalls, SlidingWindow};
 use crate::telemetry::Labels;
 
@@ -66,7 +68,7 @@ impl Inner {
     ) -> Inner {
         let origin = Instant::now();
         Inner {
-            state: Padded(AtomicU64::new(Word::new(CLOSED, false, 0, NO_TICKER).0)),
+            state: Padded(AtomicU64::new(Word::INITIAL.0)),
             labels,
             member,
             config,
@@ -128,7 +130,7 @@ impl Inner {
             self.rotate(now, self.window.totals());
         }
         let word = Word(self.state.load(Acquire));
-        if word.kind() == OPEN && !word.forced() && now >= self.open_until.load(Acquire) {
+        if word.cooling_down() && now >= self.open_until.load(Acquire) {
             self.transition(word, HALF_OPEN, false, now);
         }
     }
@@ -159,7 +161,7 @@ impl Inner {
                 }
             }
         };
-        if word.0 & (KIND | FORCED) != CLOSED {
+        if !word.may_trip() {
             return;
         }
         if self.should_trip(counts) {
@@ -242,7 +244,7 @@ impl Inner {
     /// Frees a probe's slot; `Some(success)` when it completed, `None` when
     /// it was cancelled. Probes of an earlier half-open period are ignored.
     pub(super) fn settle_probe(&self, generation: u32, success: Option<bool>) {
-        let half_open = |word: Word| word.kind() == HALF_OPEN && word.generation() == generation;
+        let half_open = |word: Word| word.is_half_open() && word.generation() == generation;
         if let Some(succeeded) = success
             && half_open(Word(self.state.load(Acquire)))
         {
@@ -311,7 +313,7 @@ impl Inner {
     pub(super) fn follow(&self, from: Word, to: u64, open_for: Option<u64>) -> bool {
         let now = self.now();
         let until = now.saturating_add(open_for.unwrap_or(0));
-        if to == OPEN && from.kind() == OPEN {
+        if to == OPEN && from.is_open() {
             if Word(self.state.load(Acquire)) == from {
                 self.open_until.store(until, Release);
             }

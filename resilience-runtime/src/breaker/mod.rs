@@ -176,7 +176,7 @@ mod state;
 #[cfg(not(loom))]
 mod ticked;
 
-use crate::striped::{owner, sync, window};
+use crate::striped::{owner, sync};
 #[cfg(not(loom))]
 use crate::striped::{thread_ticker, ticker};
 
@@ -199,9 +199,10 @@ pub use permit::Permit;
 pub use state::State;
 
 use self::machine::Inner;
-use self::state::{
-    CLOCK_BITS, CLOSED, FAST, FORCED, HALF_OPEN, KIND, NO_TICKER, OPEN, Probes, THREAD, Word,
-};
+use self::state::{CLOSED, HALF_OPEN, OPEN, Probes, Word};
+// The unit tests read the tickers' bits of the word.
+#[cfg(all(test, not(loom)))]
+use self::state::{NO_TICKER, THREAD};
 use self::sync::{Arc, Ordering::*};
 use crate::clock::duration_nanos;
 use crate::deadline;
@@ -478,14 +479,12 @@ impl CircuitBreaker {
 
     #[inline(always)]
     fn admit(&self) -> Result<Admission, DependencyDown> {
-        let word = self.inner.state.load(Acquire);
-        if word & FAST == 0 {
-            return Ok(Admission::Closed(Word(word).generation()));
+        let word = Word(self.inner.state.load(Acquire));
+        if word.is_fast() {
+            return Ok(Admission::Closed(word.generation()));
         }
-        // Open with no clock needed and no runtime to look for, or forced
-        // open: reject at once.
-        if word & (KIND | CLOCK_BITS | THREAD) == OPEN || word & (KIND | FORCED) == OPEN | FORCED {
-            return Err(self.reject(Word(word)));
+        if word.rejects_at_once() {
+            return Err(self.reject(word));
         }
         self.admit_slow()
     }
@@ -494,7 +493,7 @@ impl CircuitBreaker {
     fn admit_slow(&self) -> Result<Admission, DependencyDown> {
         let inner = &*self.inner;
         let word = Word(inner.state.load(Acquire));
-        if word.0 & (NO_TICKER | THREAD) != 0 {
+        if word.wants_runtime_ticker() {
             self.start_ticker();
         }
         if word.needs_clock() {
@@ -523,7 +522,7 @@ impl CircuitBreaker {
     fn reject(&self, word: Word) -> DependencyDown {
         self.on_outcome(Fate::Rejected);
         let down = DependencyDown::new(self.inner.labels.target(), word.rejection());
-        if word.kind() == OPEN && !word.forced() {
+        if word.cooling_down() {
             // The end of the cooldown, for `DependencyDown::retry_after`:
             // a load and an add, no clock read.
             let until = self.inner.open_until.load(Acquire);
@@ -569,7 +568,7 @@ impl CircuitBreaker {
     /// that runtime's ticker first: its clock may be paused.
     #[cold]
     fn record_closed(&self, generation: u32, failed: bool, slow: bool) {
-        if self.inner.state.load(Acquire) & THREAD != 0 {
+        if Word(self.inner.state.load(Acquire)).on_thread() {
             self.start_ticker();
         }
         self.inner.record_closed(generation, failed, slow);
@@ -583,7 +582,7 @@ impl CircuitBreaker {
     fn start_ticker(&self) {
         let state = &self.inner.state;
         let Ok(handle) = tokio::runtime::Handle::try_current() else {
-            if state.load(Acquire) & NO_TICKER == 0 {
+            if !Word(state.load(Acquire)).unticked() {
                 return;
             }
             // A shared breaker waits for a runtime: its sync task needs one.
@@ -599,8 +598,8 @@ impl CircuitBreaker {
             }
             return;
         };
-        let before = state.fetch_and(!(NO_TICKER | THREAD), AcqRel);
-        if before & (NO_TICKER | THREAD) != 0 {
+        let before = Word(state.fetch_and(Word::RUNTIME_TICKER, AcqRel));
+        if before.wants_runtime_ticker() {
             ticker::register(&handle, Arc::downgrade(&self.inner) as _);
             #[cfg(feature = "breaker-redis")]
             shared::start(&self.inner, &handle);
@@ -653,7 +652,8 @@ impl CircuitBreaker {
         let word = Word(inner.state.load(Acquire));
         let counts = inner.counts();
         let probes = Probes(inner.probes.load(Acquire));
-        let until_half_open = (word.kind() == OPEN && !word.forced())
+        let until_half_open = word
+            .cooling_down()
             .then(|| Duration::from_nanos(inner.open_until.load(Acquire).saturating_sub(now)));
         Snapshot {
             name: inner.labels.target(),
@@ -668,9 +668,7 @@ impl CircuitBreaker {
                 counts.failures as f64 / counts.calls as f64
             },
             until_half_open,
-            probes_in_flight: if word.kind() == HALF_OPEN
-                && probes.generation() == word.generation()
-            {
+            probes_in_flight: if word.is_half_open() && probes.generation() == word.generation() {
                 u32::from(probes.in_flight())
             } else {
                 0

@@ -67,19 +67,19 @@ impl fmt::Display for State {
 // closed path ignores it, while a rejection and a failure, which take slow
 // paths anyway, look for a runtime to hand the breaker to (whose clock may
 // be paused, which the thread cannot follow).
-pub(crate) const KIND: u64 = 0b11;
+const KIND: u64 = 0b11;
 pub(crate) const CLOSED: u64 = 0b00;
 pub(crate) const HALF_OPEN: u64 = 0b01;
 pub(crate) const OPEN: u64 = 0b10;
-pub(crate) const FORCED: u64 = 0b100;
+const FORCED: u64 = 0b100;
 // The tickers' bits, kept in every ticked word alike.
 pub(crate) use crate::striped::{NO_TICKER, PRECISE, THREAD};
 /// Bits that send calls to read the clock; only the tickers change them.
-pub(crate) const CLOCK_BITS: u64 = PRECISE | NO_TICKER;
+const CLOCK_BITS: u64 = PRECISE | NO_TICKER;
 /// Bits that only the tickers change; transitions keep them as they are.
 const TICKER_BITS: u64 = CLOCK_BITS | THREAD;
 /// All of them zero: closed, not forced, no clock needed.
-pub(crate) const FAST: u64 = KIND | FORCED | CLOCK_BITS;
+const FAST: u64 = KIND | FORCED | CLOCK_BITS;
 const GEN_SHIFT: u32 = 32;
 
 /// A decoded state word.
@@ -87,6 +87,10 @@ const GEN_SHIFT: u32 = 32;
 pub(crate) struct Word(pub(crate) u64);
 
 impl Word {
+    /// A new breaker's word: closed, generation 0, driven by no ticker
+    /// yet.
+    pub(crate) const INITIAL: Word = Word::new(CLOSED, false, 0, NO_TICKER);
+
     pub(crate) const fn new(kind: u64, forced: bool, generation: u32, clock_bits: u64) -> Word {
         Word(
             kind | if forced { FORCED } else { 0 }
@@ -95,22 +99,88 @@ impl Word {
         )
     }
 
+    #[inline(always)]
     pub(crate) const fn state(self) -> State {
         State::from_bits(self.0)
     }
 
+    /// `CLOSED`, `HALF_OPEN` or `OPEN`.
+    #[inline(always)]
     pub(crate) const fn kind(self) -> u64 {
         self.0 & KIND
     }
 
+    #[inline(always)]
+    pub(crate) const fn is_open(self) -> bool {
+        self.kind() == OPEN
+    }
+
+    #[inline(always)]
+    pub(crate) const fn is_half_open(self) -> bool {
+        self.kind() == HALF_OPEN
+    }
+
+    #[inline(always)]
     pub(crate) const fn forced(self) -> bool {
         self.0 & FORCED != 0
     }
 
+    /// Open and not forced: the cooldown runs, and its end moves the
+    /// breaker to half-open.
+    #[inline(always)]
+    pub(crate) const fn cooling_down(self) -> bool {
+        self.is_open() && !self.forced()
+    }
+
+    /// Closed and not forced: a failure may trip it.
+    #[inline(always)]
+    pub(crate) const fn may_trip(self) -> bool {
+        self.0 & (KIND | FORCED) == CLOSED
+    }
+
+    /// The closed path: closed, not forced, no clock needed.
+    #[inline(always)]
+    pub(crate) const fn is_fast(self) -> bool {
+        self.0 & FAST == 0
+    }
+
+    /// A call is rejected at once, without a clock read: open with no
+    /// clock needed and no runtime to look for, or forced open.
+    #[inline(always)]
+    pub(crate) const fn rejects_at_once(self) -> bool {
+        self.0 & (KIND | CLOCK_BITS | THREAD) == OPEN || self.0 & (KIND | FORCED) == OPEN | FORCED
+    }
+
+    #[inline(always)]
     pub(crate) const fn needs_clock(self) -> bool {
         self.0 & CLOCK_BITS != 0
     }
 
+    /// No ticker drives the breaker (`NO_TICKER`).
+    #[inline(always)]
+    pub(crate) const fn unticked(self) -> bool {
+        self.0 & NO_TICKER != 0
+    }
+
+    /// The ticker thread of callers without a runtime drives the breaker
+    /// (`THREAD`).
+    #[inline(always)]
+    pub(crate) const fn on_thread(self) -> bool {
+        self.0 & THREAD != 0
+    }
+
+    /// No runtime's ticker drives the breaker: none does, or the thread
+    /// does. A call inside a runtime hands it to that runtime's ticker.
+    #[inline(always)]
+    pub(crate) const fn wants_runtime_ticker(self) -> bool {
+        self.0 & (NO_TICKER | THREAD) != 0
+    }
+
+    /// What to `fetch_and` the state word with to hand the breaker to a
+    /// runtime's ticker: the bits of [`wants_runtime_ticker`](Self::wants_runtime_ticker) cleared.
+    pub(crate) const RUNTIME_TICKER: u64 = !(NO_TICKER | THREAD);
+
+    #[inline(always)]
     pub(crate) const fn generation(self) -> u32 {
         (self.0 >> GEN_SHIFT) as u32
     }

@@ -5,7 +5,7 @@ use tokio::time::Instant;
 
 use super::Inner;
 use super::config::Window;
-use super::state::{OPEN, Word};
+use super::state::Word;
 use crate::striped::sync::{AtomicU64, Ordering::*};
 use crate::striped::ticker::{EARLY, Ticked};
 
@@ -35,7 +35,7 @@ impl Inner {
             next = next.min((now / self.bucket_width + 1).saturating_mul(self.bucket_width));
         }
         let word = Word(self.state.load(Acquire));
-        if word.kind() == OPEN && !word.forced() {
+        if word.cooling_down() {
             let until = self.open_until.load(Acquire);
             if until > now {
                 next = next.min(until);

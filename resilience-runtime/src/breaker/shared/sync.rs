@@ -28,9 +28,9 @@ use super::super::Inner;
 use super::super::config::BUCKETS;
 use super::super::state::{CLOSED, HALF_OPEN, OPEN, Probes, Word};
 use super::super::sync::Ordering::*;
-use super::super::window::Counts;
 use super::{Link, script};
 use crate::clock::duration_nanos;
+use crate::striped::window::Counts;
 
 /// How long the fleet's state outlives its last opening: a day.
 const STATE_TTL: Duration = Duration::from_secs(24 * 3600);
@@ -167,7 +167,7 @@ impl Engine {
             slow: totals.slow.wrapping_sub(self.sent.slow),
         };
         let forced = word.forced();
-        let opened = !forced && word.kind() == OPEN && self.published != Some(word.generation());
+        let opened = !forced && word.is_open() && self.published != Some(word.generation());
         let (ok, ok_gen, mut release) = self.probe_report(inner, word);
         if let (true, Some(grant)) = (release, self.grant) {
             // No more probes here from now on; unless one just started.
@@ -289,7 +289,7 @@ impl Engine {
         let idle = probes.generation() != grant.local || probes.in_flight() == 0;
         let release = !grant.released
             && idle
-            && word.kind() == HALF_OPEN
+            && word.is_half_open()
             && word.generation() == grant.local
             && grant.at.elapsed() >= inner.config.probe_timeout();
         (ok, opening, release)
@@ -367,7 +367,7 @@ impl Engine {
             return;
         }
         // Half-open fleet-wide.
-        let current = if word.kind() == HALF_OPEN {
+        let current = if word.is_half_open() {
             if !ours {
                 self.published = Some(word.generation().wrapping_sub(1));
             }
@@ -379,7 +379,7 @@ impl Engine {
             self.published = Some(word.generation());
             Word(inner.state.load(Acquire))
         };
-        if reply.taken > 0 && current.kind() == HALF_OPEN {
+        if reply.taken > 0 && current.is_half_open() {
             link.set_grant(current.generation(), reply.taken);
             self.grant = Some(Grant {
                 local: current.generation(),
@@ -395,8 +395,8 @@ impl Engine {
 /// `word` is the open state of local generation `open`, or the half-open
 /// state that followed it.
 fn follows(word: Word, open: u32) -> bool {
-    (word.kind() == OPEN && word.generation() == open)
-        || (word.kind() == HALF_OPEN && word.generation() == open.wrapping_add(1))
+    (word.is_open() && word.generation() == open)
+        || (word.is_half_open() && word.generation() == open.wrapping_add(1))
 }
 
 fn millis(duration: Duration) -> u64 {
