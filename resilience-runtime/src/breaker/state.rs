@@ -158,6 +158,7 @@ impl Word {
 
     /// No ticker drives the breaker (`NO_TICKER`).
     #[inline(always)]
+    #[cfg_attr(loom, allow(dead_code))] // the ticker is outside the model
     pub(crate) const fn unticked(self) -> bool {
         self.0 & NO_TICKER != 0
     }
@@ -178,6 +179,7 @@ impl Word {
 
     /// What to `fetch_and` the state word with to hand the breaker to a
     /// runtime's ticker: the bits of [`wants_runtime_ticker`](Self::wants_runtime_ticker) cleared.
+    #[cfg_attr(loom, allow(dead_code))]
     pub(crate) const RUNTIME_TICKER: u64 = !(NO_TICKER | THREAD);
 
     #[inline(always)]
