@@ -9,9 +9,12 @@
 //! Each test declares its own queues (and Redis keys) under a unique name
 //! and deletes them, whatever the outcome, before asserting.
 
+mod consumer_common;
+
+use consumer_common::{Failed, Script};
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+
+use std::time::Duration;
 
 use lapin::options::{
     BasicGetOptions, BasicPublishOptions, QueueDeclareOptions, QueueDeleteOptions,
@@ -22,7 +25,7 @@ use resilience_runtime::consumer::rabbitmq::{self, DeadLetterRoute, RabbitMq, he
 use resilience_runtime::consumer::{
     Broker, Consumer, ConsumerConfig, Disposition, Message, RedisDedup, Settled,
 };
-use resilience_runtime::retry::{Classify, Policy, Verdict};
+use resilience_runtime::retry::Policy;
 use resilience_runtime::telemetry::Labels;
 
 const ORDERS: Labels = Labels::new("resilience-tests", "orders");
@@ -46,23 +49,6 @@ fn unique(what: &str) -> String {
         std::process::id(),
         NEXT.fetch_add(1, Ordering::Relaxed)
     )
-}
-
-#[derive(Debug, thiserror::Error)]
-enum Failed {
-    #[error("downstream answered 503")]
-    Unavailable,
-    #[error(transparent)]
-    Runtime(#[from] resilience_runtime::Error),
-}
-
-impl Classify for Failed {
-    fn classify(&self) -> Verdict {
-        match self {
-            Failed::Unavailable => Verdict::Transient,
-            Failed::Runtime(err) => err.classify(),
-        }
-    }
 }
 
 /// The preset's shape (6 attempts, ×2, ±25 %) with its pauses shortened
@@ -157,60 +143,6 @@ impl Queues {
             .unwrap();
         let _ = self.connection.close(200, "done").await;
         left
-    }
-}
-
-/// A handler scripted by body: `poison` always fails transiently, `flaky`
-/// fails twice then succeeds, the rest succeed; it records the time of
-/// each attempt per body and each applied body.
-#[derive(Clone, Default)]
-struct Script {
-    attempts: Arc<Mutex<Vec<(String, Instant)>>>,
-    applied: Arc<Mutex<Vec<String>>>,
-}
-
-impl Script {
-    fn handler(
-        &self,
-    ) -> impl Fn(
-        Message,
-    )
-        -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), Failed>> + Send>>
-    + Send
-    + Sync
-    + use<> {
-        let script = self.clone();
-        move |message: Message| {
-            let script = script.clone();
-            Box::pin(async move {
-                let body = String::from_utf8_lossy(message.payload()).into_owned();
-                let attempt = {
-                    let mut attempts = script.attempts.lock().unwrap();
-                    attempts.push((body.clone(), Instant::now()));
-                    attempts.iter().filter(|(b, _)| *b == body).count()
-                };
-                match (body.as_str(), attempt) {
-                    ("poison", _) | ("flaky", 1 | 2) => Err(Failed::Unavailable),
-                    _ => {
-                        script.applied.lock().unwrap().push(body);
-                        Ok(())
-                    }
-                }
-            })
-        }
-    }
-
-    fn times(&self, body: &str) -> Vec<Instant> {
-        let attempts = self.attempts.lock().unwrap();
-        attempts
-            .iter()
-            .filter(|(b, _)| b == body)
-            .map(|(_, t)| *t)
-            .collect()
-    }
-
-    fn applied(&self) -> Vec<String> {
-        self.applied.lock().unwrap().clone()
     }
 }
 
