@@ -1,5 +1,5 @@
 //! The adaptive concurrency limit against a real overloaded server on
-//! loopback (issue 29), bounded for CI (about 10 s): an open-loop load at
+//! loopback (issue 29), bounded for CI (about 14 s): an open-loop load at
 //! 4× what the server sustains, through `AdaptiveLimit` with Netflix's
 //! Vegas defaults, knowing nothing of the server's size. The issue's
 //! targets: goodput at least 90 % of the throughput the server sustains,
@@ -24,7 +24,12 @@ use resilience::retry::Verdict;
 use server::{Server, Shape};
 
 const SHAPE: Shape = Shape {
-    workers: 8,
+    // The issue's own example of a server's size. Vegas keeps a queue of
+    // `alpha..beta` = 3 to 6 calls at the dependency whatever its size, so
+    // on 8 workers its steady state alone adds up to 0.75 of a call's work
+    // and the spikes after each `rtt_noload` probe reach the 3× bound
+    // (3.0–3.8× measured on a quiet machine); on 16 it adds 0.4.
+    workers: 16,
     // 40 ms, so that the debug build's CPU time per call and the timer's
     // granularity are small beside the work: the latency measured is the
     // server's queue.
@@ -63,14 +68,25 @@ fn the_adaptive_limit_keeps_goodput_and_latency_at_4x_overload() {
             .pool_max_idle_per_host(1024)
             .build()
             .unwrap();
+        // Unloaded: 200 calls, 4 at a time on 16 workers, so that none
+        // waits in the server's queue and one hiccup of a shared machine
+        // is not the p99 (the 2nd slowest of 200).
         let mut unloaded = Vec::new();
         for _ in 0..50 {
-            let started = tokio::time::Instant::now();
-            assert_eq!(send(&client, &url).await, Ended::Ok);
-            unloaded.push(started.elapsed());
+            let batch = (0..4).map(|_| {
+                let (client, url) = (client.clone(), url.clone());
+                tokio::spawn(async move {
+                    let started = tokio::time::Instant::now();
+                    assert_eq!(send(&client, &url).await, Ended::Ok);
+                    started.elapsed()
+                })
+            });
+            for call in batch.collect::<Vec<_>>() {
+                unloaded.push(call.await.unwrap());
+            }
         }
         unloaded.sort();
-        let unloaded_p99 = unloaded[49];
+        let unloaded_p99 = unloaded[197];
 
         let (before, _) = server.counts();
         let started = tokio::time::Instant::now();
