@@ -4,10 +4,14 @@
 
 mod macros_common;
 
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
 use std::time::Duration;
 
 use macros_common::{ClientError, Script};
-use resilience::breaker::{BreakerFamily, State};
+use resilience::breaker::{
+    BreakerConfig, BreakerFamily, CircuitBreaker, FamilyConfig, FamilyKey, State,
+};
 use resilience::{circuit_breaker, registry, retry};
 
 fn family(name: &str) -> &'static BreakerFamily {
@@ -223,4 +227,218 @@ async fn an_async_trait_method_keys_its_breaker_by_its_receiver() {
     assert_eq!(up.read("users").await, Ok(()));
     assert_eq!((down.script.calls(), up.script.calls()), (1, 1));
     assert_eq!(family("replicas").keys(), ["replica-a", "replica-b"]);
+}
+
+// At the cap (#31): a family whose every member sees a steady background
+// error rate, below the trip threshold, still admits new keys, each with a
+// breaker of its own.
+
+/// Heap allocated and not freed by the current thread, so that the other
+/// tests of this binary, on their own threads, do not count.
+struct Counting;
+
+thread_local! {
+    static LIVE: Cell<isize> = const { Cell::new(0) };
+}
+
+fn count(bytes: isize) {
+    // `try_with`: after the thread's locals are gone, nothing to count.
+    let _ = LIVE.try_with(|live| live.set(live.get() + bytes));
+}
+
+// SAFETY: forwards to the system allocator unchanged; only counts.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        count(layout.size() as isize);
+        // SAFETY: same contract as the caller's.
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        count(-(layout.size() as isize));
+        // SAFETY: same contract as the caller's.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+fn live_heap() -> isize {
+    LIVE.with(Cell::get)
+}
+
+/// Ten calls judged, failing at half of them: 2 failures in 10 calls keep
+/// a member closed, 5 trip it.
+fn judged_at_ten() -> BreakerConfig {
+    BreakerConfig::new()
+        .with_min_requests(10)
+        .with_failure_ratio(0.5)
+}
+
+/// A family of `cap` members `tenant-0`…, each with 2 failures in its 10
+/// calls: every one closed and failing, none idle in the old sense.
+fn full_and_failing(name: &'static str, cap: u32) -> BreakerFamily {
+    let config = FamilyConfig::new()
+        .with_breaker(judged_at_ten())
+        .with_max_members(cap);
+    let family = BreakerFamily::new(name, config).unwrap();
+    for i in 0..cap {
+        background_errors(&family.get(&format!("tenant-{i}")));
+    }
+    assert_eq!(family.len(), cap as usize);
+    assert_eq!(family.open_members(), 0);
+    family
+}
+
+/// 10 calls, 2 of them failing.
+fn background_errors(member: &CircuitBreaker) {
+    for call in 0..10 {
+        let permit = member.try_acquire().unwrap();
+        if call % 5 == 0 {
+            permit.failure();
+        } else {
+            permit.success();
+        }
+    }
+    assert_eq!(member.state(), State::Closed);
+}
+
+fn fail_until_open(member: &CircuitBreaker) {
+    for _ in 0..20 {
+        if member.state() == State::Open {
+            return;
+        }
+        member.try_acquire().unwrap().failure();
+    }
+    assert_eq!(member.state(), State::Open);
+}
+
+#[tokio::test(start_paused = true)]
+async fn at_the_cap_under_a_background_error_rate_new_keys_get_breakers_of_their_own() {
+    let family = full_and_failing("busy-tenants", 100);
+    let (a, b) = (family.get("new-a"), family.get("new-b"));
+    assert_eq!((a.key(), b.key()), (Some("new-a"), Some("new-b")));
+    // Both are members, each in the place of an evicted closed one.
+    assert_eq!(family.len(), 100);
+    assert!(family.find("new-a").is_some() && family.find("new-b").is_some());
+
+    // One newcomer failing opens its own breaker; the other serves.
+    fail_until_open(&a);
+    assert!(b.try_acquire().is_ok());
+    assert_eq!(b.state(), State::Closed);
+    assert_eq!(family.open_members(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_failing_newcomer_at_the_cap_affects_no_other_key() {
+    let family = full_and_failing("busy-hosts", 50);
+    fail_until_open(&family.get("bad.example"));
+    drop(family.get("bad.example"));
+
+    // Every member left, and every later newcomer, is judged alone.
+    for key in family.keys() {
+        let member = family.get(&key);
+        if key == "bad.example" {
+            assert!(member.try_acquire().is_err());
+        } else {
+            assert!(member.try_acquire().is_ok(), "{key} rejects");
+        }
+    }
+    for i in 0..200 {
+        let key = format!("good-{i}.example");
+        let member = family.get(&key);
+        assert_eq!(member.key(), Some(key.as_str()));
+        background_errors(&member);
+    }
+    assert_eq!(family.len(), 50);
+    assert_eq!(family.open_members(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_open_or_half_open_member_is_never_evicted() {
+    let family = full_and_failing("busy-shards", 20);
+    // The oldest member, unused since: the first the hand would take.
+    fail_until_open(&family.get("tenant-0"));
+    let newcomers = |round: usize| {
+        for i in 0..200 {
+            background_errors(&family.get(&format!("round{round}-{i}")));
+        }
+    };
+    newcomers(1);
+    let state = |key| family.find(key).map(|member| member.state());
+    assert_eq!(state("tenant-0"), Some(State::Open));
+    assert!(family.get("tenant-0").try_acquire().is_err());
+
+    // After the cooldown (30 s), half-open: still kept.
+    tokio::time::sleep(Duration::from_secs(31)).await;
+    assert_eq!(state("tenant-0"), Some(State::HalfOpen));
+    newcomers(2);
+    assert_eq!(state("tenant-0"), Some(State::HalfOpen));
+    assert_eq!(family.len(), 20);
+
+    // Its probe succeeds: closed, it may go like any other.
+    family.get("tenant-0").try_acquire().unwrap().success();
+    assert_eq!(state("tenant-0"), Some(State::Closed));
+    newcomers(3);
+    assert_eq!(state("tenant-0"), None);
+}
+
+#[tokio::test(start_paused = true)]
+async fn when_no_member_can_go_a_new_key_gets_a_breaker_no_other_key_shares() {
+    let config = FamilyConfig::new()
+        .with_breaker(BreakerConfig::new().with_min_requests(1))
+        .with_max_members(4);
+    let family = BreakerFamily::new("all-down", config).unwrap();
+    for i in 0..4 {
+        fail_until_open(&family.get(&format!("tenant-{i}")));
+    }
+
+    // Every member open: the new key is not a member, but its breaker is
+    // its own, named after it.
+    let x = family.get("x");
+    assert_eq!(x.key(), Some("x"));
+    assert!(family.find("x").is_none());
+    fail_until_open(&x);
+    // Another new key is not rejected by x's failures.
+    let y = family.get("y");
+    assert_eq!((y.key(), y.state()), (Some("y"), State::Closed));
+    assert!(y.try_acquire().is_ok());
+    // Not kept, so a lookup of x starts afresh: the family fails open for
+    // keys beyond its cap rather than judge them together.
+    assert_eq!(family.get("x").state(), State::Closed);
+    assert_eq!(family.len(), 4);
+    drop(x);
+    assert_eq!(family.open_members(), 4);
+
+    // After the cooldown a probe closes tenant-0: the next new key takes
+    // its place.
+    tokio::time::sleep(Duration::from_secs(31)).await;
+    family.get("tenant-0").try_acquire().unwrap().success();
+    assert_eq!(family.get("z").key(), Some("z"));
+    assert!(family.find("z").is_some() && family.find("tenant-0").is_none());
+}
+
+#[test]
+fn admitting_new_keys_at_the_cap_does_not_grow_the_heap() {
+    let family =
+        BreakerFamily::new("bounded", FamilyConfig::new().with_max_members(1_000)).unwrap();
+    // Keys of one length, so that they weigh the same.
+    let admit = |keys: std::ops::Range<u64>| {
+        for key in keys {
+            drop(key.with_key(|key| family.get(key)));
+        }
+    };
+    let before = live_heap();
+    // Filled, then a round of evictions, so that the tables have their size.
+    admit(100_000..102_000);
+    let full = live_heap() - before;
+    assert_eq!(family.len(), 1_000);
+    let before = live_heap();
+    admit(102_000..152_000);
+    let grown = live_heap() - before;
+    assert_eq!(family.len(), 1_000);
+    assert!(
+        grown == 0,
+        "50,000 new keys at the cap grew the heap by {grown} B (the full family takes {full} B)"
+    );
 }

@@ -5,11 +5,12 @@
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::*};
-use std::sync::{Arc, Mutex, OnceLock, PoisonError, RwLock};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::Duration;
 
 use tokio::time::Instant;
 
+use super::state::{CLOSED, Word};
 use super::{BreakerConfig, CircuitBreaker, State, owner, report};
 use crate::clock::duration_nanos;
 use crate::error::ConfigError;
@@ -22,9 +23,6 @@ pub const MAX_MEMBERS: u32 = resilience_rules::limits::MAX_MEMBERS;
 // The shortest and the longest `idle`: a second, a day (shared with the
 // attributes' checks).
 use resilience_rules::limits::{MAX_IDLE, MIN_IDLE};
-
-/// The key of the overflow breaker in logs and [`CircuitBreaker::key`].
-const OVERFLOW: &str = "(overflow)";
 
 /// The configuration of a [`BreakerFamily`]: its members' breaker
 /// configuration, its cap and when a member counts as idle.
@@ -80,8 +78,8 @@ impl FamilyConfig {
         self
     }
 
-    /// How long an idle member stays unused before a sweep removes it,
-    /// 1 s to 1 day.
+    /// How long a closed member stays unused before a new key below the
+    /// cap removes it, 1 s to 1 day.
     pub const fn with_idle(mut self, idle: Duration) -> Self {
         self.idle = idle;
         self
@@ -266,27 +264,66 @@ fn with_displayed<R>(value: &impl fmt::Display, f: impl FnOnce(&str) -> R) -> R 
 /// or by `#[circuit_breaker(name = "…", key = arg)]`. Cloning gives another
 /// handle to the same family.
 ///
-/// # Memory
+/// # Memory and eviction
 ///
 /// A family holds at most `max_members` members (default 1,000), each a
-/// breaker of about 1 KiB plus its key. A member is *idle* when it is
-/// closed, not forced, has no failure in its window and no call or handle
-/// in flight outside the family. A new key finds room this way:
+/// breaker of about 1 KiB plus its key, so its memory stays bounded
+/// whatever keys its callers make up. A known key costs a read lock and a
+/// hash; a new key is admitted under the write lock in O(1): it looks at
+/// no more than 64 members, whatever the family's size.
 ///
-/// 1. every `idle` (default 5 min) the first new key sweeps out the members
-///    idle and unused for `idle` or longer, so a family whose hosts come
-///    and go shrinks back even below its cap;
-/// 2. at the cap, it first sweeps the same way, then evicts the least
-///    recently used idle member;
-/// 3. when no member is idle (all open, half-open, forced or failing), no
-///    member is evicted: an open breaker forgotten would let calls through
-///    to a dependency known to be down. The new key is then served by the
-///    family's *overflow* breaker, one breaker shared by every key that
-///    found no room, logged once at WARN until a key finds room again. The
-///    calls stay protected, at the price of judging those keys together.
+/// **Which member a new key evicts.** At the cap, a new key takes the
+/// place of a member that is *closed*, not forced and not in use (no
+/// handle to it outside the family, so no call in flight), chosen by a
+/// CLOCK sweep, the "second chance" approximation of least recently used
+/// that page caches run: a hand goes round the members in the order they
+/// came; a member used since the hand last passed has that mark cleared
+/// and is passed over once, and the first unmarked one goes. A new member
+/// enters unmarked, so a flood of keys seen once (a scan, tenant ids a
+/// client makes up) evicts its own kind first, while the keys in steady
+/// use stay. Should every evictable member the hand looks at be marked,
+/// the first of them goes.
 ///
-/// An evicted member that comes back starts closed, with an empty window,
-/// as a new one does: it was idle, so there was nothing to remember.
+/// **Failures do not pin a closed member.** An evicted closed member loses
+/// only the part of its window it had counted: should its key come back,
+/// it starts closed with an empty window, as every breaker does after a
+/// state change, and needs `min` calls to trip again. Under a steady
+/// background error rate every member has failures in its window; were
+/// those members kept, nothing could be evicted at the cap, which is when
+/// a family needs room.
+///
+/// **Open and half-open members stay**, as do forced ones and those in
+/// use: forgetting an open member would let a failing tenant hammer a
+/// dependency known to be down before its cooldown ends, and forgetting a
+/// forced one would undo the operator.
+///
+/// **When nothing can go** (the members the hand looked at are all open,
+/// half-open, forced or in use), the new key still gets a breaker of its
+/// own, which the family does not keep: it judges the calls made through
+/// the handle `get` returned, and goes with that handle. A key is never
+/// handed a breaker other keys share, so a failing key cannot reject an
+/// unrelated one, as a shared overflow breaker would (the first newcomer
+/// to fail would reject every other). The price: until room appears, such
+/// a key is judged afresh by each `get`, so a family this full fails open
+/// for its newcomers rather than judge them together, as Envoy's outlier
+/// detection stops ejecting hosts past `max_ejection_percent` rather than
+/// take a whole cluster down. The memory bound holds, the family says so
+/// once at WARN (and at INFO when a new key finds room again), and the
+/// hand moves on: each new key looks at the next 64 members, so a member
+/// that can go is found within `max_members / 64` new keys. Raise
+/// `max_members` if the WARN lasts.
+///
+/// **Idle members.** Below the cap, each new key also looks at the next 8
+/// members and removes those closed, not forced, not in use and unused for
+/// `idle` (default 5 min), so a family whose hosts come and go shrinks
+/// back below its cap.
+///
+/// A [`CircuitBreaker`] kept from [`get`](Self::get) pins its member: call
+/// `get` per call, as `#[circuit_breaker(key = …)]` does, so that what is
+/// unused can go. (For comparison, resilience4j's `CircuitBreakerRegistry`
+/// keeps every breaker it creates until removed by hand; its maintainers
+/// point users to an LRU cache behind a custom `RegistryStore`,
+/// resilience4j#650 and #703.)
 ///
 /// In the config file, a family is configured under its name like a
 /// breaker, with two more keys:
@@ -331,18 +368,31 @@ pub struct BreakerFamily {
     inner: Arc<Family>,
 }
 
+/// The most members a new key looks at for one to evict, at the cap.
+const SCAN: usize = 64;
+/// The most members a new key looks at for idle ones, below the cap.
+const SWEEP: usize = 8;
+
 struct Family {
     labels: Labels,
     config: FamilyConfig,
-    members: RwLock<HashMap<Box<str>, Member>>,
-    overflow: OnceLock<CircuitBreaker>,
-    /// Whether the last new key went to the overflow breaker (warned once).
-    overflowing: AtomicBool,
+    members: RwLock<Members>,
+    /// Whether the last new key found no room (warned once).
+    full: AtomicBool,
     tally: Arc<Tally>,
     origin: Instant,
-    /// Nanoseconds since `origin` of the last sweep.
-    swept: AtomicU64,
     hooks: Mutex<Vec<super::SharedHook>>,
+}
+
+/// The members, and the CLOCK hand that picks the one to evict.
+#[derive(Default)]
+struct Members {
+    /// Each key's place in `ring`.
+    places: HashMap<Box<str>, usize>,
+    /// The members, in the order the hand visits them.
+    ring: Vec<Member>,
+    /// The place the hand looks at next, modulo the ring's length.
+    hand: usize,
 }
 
 struct Member {
@@ -350,6 +400,8 @@ struct Member {
     /// Nanoseconds since the family's origin of the last `get`, to within
     /// `idle / 64`: a busy key does not write it on every call.
     used: AtomicU64,
+    /// Used since the hand last passed: spared once.
+    marked: AtomicBool,
 }
 
 impl BreakerFamily {
@@ -373,15 +425,13 @@ impl BreakerFamily {
             inner: Arc::new(Family {
                 labels,
                 config,
-                members: RwLock::new(HashMap::new()),
-                overflow: OnceLock::new(),
-                overflowing: AtomicBool::new(false),
+                members: RwLock::new(Members::default()),
+                full: AtomicBool::new(false),
                 tally: Arc::new(Tally {
                     labels,
                     counts: Mutex::new([0; 3]),
                 }),
                 origin: Instant::now(),
-                swept: AtomicU64::new(0),
                 hooks: Mutex::new(Vec::new()),
             }),
         })
@@ -397,9 +447,9 @@ impl BreakerFamily {
         &self.inner.config
     }
 
-    /// The breaker of `key`, created closed on first use (see the
-    /// [memory](BreakerFamily#memory) rules for what a new key may evict, and when
-    /// it gets the overflow breaker instead).
+    /// The breaker of `key`, created closed on first use (see
+    /// [memory and eviction](BreakerFamily#memory-and-eviction) for what a
+    /// new key may evict, and for the breaker it gets when nothing can go).
     ///
     /// One read lock and one hash of `key` per call; call it per call
     /// rather than keeping the breaker, so that an unused member can be
@@ -421,9 +471,9 @@ impl BreakerFamily {
         family.read().get(key).map(|m| m.breaker.clone())
     }
 
-    /// How many members the family holds (the overflow breaker aside).
+    /// How many members the family holds (breakers it did not keep aside).
     pub fn len(&self) -> usize {
-        self.inner.read().len()
+        self.inner.read().ring.len()
     }
 
     /// Whether the family holds no member.
@@ -433,12 +483,14 @@ impl BreakerFamily {
 
     /// The members' keys, sorted, for health endpoints.
     pub fn keys(&self) -> Vec<String> {
-        let mut keys: Vec<String> = self.inner.read().keys().map(|k| k.to_string()).collect();
+        let members = self.inner.read();
+        let mut keys: Vec<String> = members.places.keys().map(|k| k.to_string()).collect();
         keys.sort();
         keys
     }
 
-    /// How many members are open now, the overflow breaker included.
+    /// How many members are open now, with the breakers the family gave
+    /// out without keeping them (when full) while they live.
     pub fn open_members(&self) -> usize {
         self.inner.tally.count(State::Open)
     }
@@ -453,17 +505,17 @@ impl BreakerFamily {
         let hook: super::SharedHook = Arc::new(hook);
         let family = &*self.inner;
         lock(&family.hooks).push(Arc::clone(&hook));
-        let members = family.read();
-        let overflow = family.overflow.get();
-        for breaker in members.values().map(|m| &m.breaker).chain(overflow) {
+        for member in &family.read().ring {
             let hook = Arc::clone(&hook);
-            breaker.on_state_change(move |name, from, to| hook(name, from, to));
+            member
+                .breaker
+                .on_state_change(move |name, from, to| hook(name, from, to));
         }
     }
 }
 
 impl Family {
-    fn read(&self) -> std::sync::RwLockReadGuard<'_, HashMap<Box<str>, Member>> {
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, Members> {
         self.members.read().unwrap_or_else(PoisonError::into_inner)
     }
 
@@ -489,6 +541,8 @@ impl Family {
         breaker
     }
 
+    /// A new key: a place of its own below the cap, an evicted member's at
+    /// the cap, or a breaker the family does not keep when nothing can go.
     #[cold]
     fn insert(&self, key: &str, now: u64) -> CircuitBreaker {
         let mut members = self.members.write().unwrap_or_else(PoisonError::into_inner);
@@ -496,73 +550,163 @@ impl Family {
             return member.breaker.clone();
         }
         let idle = duration_nanos(self.config.idle);
-        let cap = self.config.max_members as usize;
-        if members.len() >= cap || now.saturating_sub(self.swept.load(Relaxed)) >= idle {
-            self.swept.store(now, Relaxed);
-            members.retain(|_, m| !(m.idle() && now.saturating_sub(m.used.load(Relaxed)) >= idle));
-        }
-        if members.len() >= cap {
-            let lru = members
-                .iter()
-                .filter(|(_, m)| m.idle())
-                .min_by_key(|(_, m)| m.used.load(Relaxed))
-                .map(|(k, _)| k.clone());
-            match lru {
-                Some(lru) => {
-                    members.remove(&lru);
-                }
-                None => return self.overflow(members.len()),
+        let place = if members.ring.len() < self.config.max_members as usize {
+            members.sweep(now, idle);
+            None
+        } else {
+            match members.victim(now, idle) {
+                Some(place) => Some(place),
+                None => return self.unretained(key, members.ring.len()),
             }
-        }
-        if self.overflowing.swap(false, Relaxed) {
+        };
+        if self.full.swap(false, Relaxed) {
             tracing::info!(
                 target: "resilience",
                 family = self.labels.target(),
-                "breaker family has room again: new keys get a breaker of their own"
+                "breaker family has room again: new keys become members"
             );
         }
         let breaker = self.member(key);
-        members.insert(
-            key.into(),
-            Member {
-                breaker: breaker.clone(),
-                used: AtomicU64::new(now),
-            },
-        );
+        let member = Member {
+            breaker: breaker.clone(),
+            used: AtomicU64::new(now),
+            marked: AtomicBool::new(false),
+        };
+        match place {
+            Some(place) => members.replace(place, key, member),
+            None => members.push(key, member, self.config.max_members as usize),
+        }
         breaker
     }
 
+    /// The breaker of a new key when the family is full and nothing can
+    /// go: its own, not kept.
     #[cold]
-    fn overflow(&self, members: usize) -> CircuitBreaker {
-        if !self.overflowing.swap(true, Relaxed) {
+    fn unretained(&self, key: &str, members: usize) -> CircuitBreaker {
+        if !self.full.swap(true, Relaxed) {
             tracing::warn!(
                 target: "resilience",
                 family = self.labels.target(),
                 members,
-                "breaker family is full and no member is idle (all open, half-open, forced or failing): new keys share its overflow breaker until one is; raise `max_members` if this lasts"
+                "breaker family is full and no member it looked at can be evicted (open, half-open, forced or in use): new keys get a breaker of their own that the family does not keep, judged afresh on each lookup, until one can; raise `max_members` if this lasts"
             );
         }
-        self.overflow.get_or_init(|| self.member(OVERFLOW)).clone()
+        self.member(key)
+    }
+}
+
+impl Members {
+    fn get(&self, key: &str) -> Option<&Member> {
+        self.places.get(key).map(|&place| &self.ring[place])
+    }
+
+    fn push(&mut self, key: &str, member: Member, cap: usize) {
+        self.places.insert(key.into(), self.ring.len());
+        self.ring.push(member);
+        if self.ring.len() == cap {
+            // Each eviction may leave a tombstone in the table, and the
+            // table clears them by rehashing in place only while it is at
+            // most half full, else by doubling: sized now for twice the
+            // cap, it never grows again.
+            self.places.reserve(cap + 2);
+        }
+    }
+
+    /// Puts `member` in the place of the one at `place`, which goes.
+    fn replace(&mut self, place: usize, key: &str, member: Member) {
+        let gone = std::mem::replace(&mut self.ring[place], member);
+        self.places.remove(gone.key());
+        self.places.insert(key.into(), place);
+    }
+
+    /// Removes the member at `place`; the last one takes its place.
+    fn remove(&mut self, place: usize) {
+        let gone = self.ring.swap_remove(place);
+        self.places.remove(gone.key());
+        if let Some(moved) = self.ring.get(place)
+            && let Some(slot) = self.places.get_mut(moved.key())
+        {
+            *slot = place;
+        }
+    }
+
+    /// The hand's next place, moving it on.
+    fn advance(&mut self) -> usize {
+        let place = self.hand % self.ring.len();
+        self.hand = place + 1;
+        place
+    }
+
+    /// The member to evict at the cap, among the next [`SCAN`] at the hand:
+    /// the first evictable one unmarked (or unused for `idle`), else the
+    /// first evictable one; `None` when none of them is.
+    fn victim(&mut self, now: u64, idle: u64) -> Option<usize> {
+        let mut marked = None;
+        for _ in 0..SCAN.min(self.ring.len()) {
+            let place = self.advance();
+            let member = &self.ring[place];
+            if !member.evictable() {
+                continue;
+            }
+            if member.marked.swap(false, Relaxed) && !member.stale(now, idle) {
+                marked.get_or_insert(place);
+                continue;
+            }
+            return Some(place);
+        }
+        marked
+    }
+
+    /// Removes the evictable members unused for `idle` among the next
+    /// [`SWEEP`] at the hand.
+    fn sweep(&mut self, now: u64, idle: u64) {
+        for _ in 0..SWEEP.min(self.ring.len()) {
+            if self.ring.is_empty() {
+                return;
+            }
+            let place = self.advance();
+            let member = &self.ring[place];
+            if member.evictable() && member.stale(now, idle) {
+                self.remove(place);
+                // The member moved into `place` is looked at next.
+                self.hand = place;
+            }
+        }
     }
 }
 
 impl Member {
+    /// A `get` of a known key: marks the member, and records the time
+    /// when it moved on by more than `idle / 64`.
     #[inline]
     fn touch(&self, now: u64, idle: Duration) {
+        if !self.marked.load(Relaxed) {
+            self.marked.store(true, Relaxed);
+        }
         let step = duration_nanos(idle) / 64;
         if now.saturating_sub(self.used.load(Relaxed)) > step {
             self.used.store(now, Relaxed);
         }
     }
 
-    /// Evictable: closed, not forced, no failure in its window, and no
-    /// handle outside the family (no call in flight).
-    fn idle(&self) -> bool {
-        if super::sync::Arc::strong_count(&self.breaker.inner) > 1 {
-            return false;
-        }
-        let snapshot = self.breaker.snapshot();
-        snapshot.state == State::Closed && !snapshot.forced && snapshot.failures == 0
+    fn key(&self) -> &str {
+        self.breaker.key().unwrap_or_default()
+    }
+
+    /// Unused for `idle` or longer.
+    fn stale(&self, now: u64, idle: u64) -> bool {
+        now.saturating_sub(self.used.load(Relaxed)) >= idle
+    }
+
+    /// May go: closed, not forced, and no handle outside the family (no
+    /// call in flight). Under the family's write lock nobody can take a
+    /// handle to a member that has none, and a closed breaker without a
+    /// handle cannot change state: the answer holds until the lock is
+    /// released.
+    fn evictable(&self) -> bool {
+        let inner = &self.breaker.inner;
+        let word = Word(inner.state.load(Acquire));
+        word.kind() == CLOSED && !word.forced() && super::sync::Arc::strong_count(inner) == 1
     }
 }
 
@@ -702,7 +846,7 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn open_failing_and_held_members_are_never_evicted() {
+    async fn open_forced_and_held_members_stay_a_failing_closed_one_may_go() {
         // Two calls to judge: one failure leaves a member closed but failing.
         let config = FamilyConfig::new()
             .with_breaker(BreakerConfig::new().with_min_requests(2))
@@ -714,30 +858,85 @@ mod tests {
         down.try_acquire().unwrap().failure();
         assert_eq!(down.state(), State::Open);
         drop(down);
-        family.get("failing").try_acquire().unwrap().failure();
+        family.get("forced").force_closed();
         let held = family.get("held");
-        family.get("healthy").try_acquire().unwrap().success();
-        // Past `idle`, well inside the 60 s window that keeps the failure.
+        family.get("failing").try_acquire().unwrap().failure();
         tokio::time::sleep(Duration::from_secs(5)).await;
 
-        // Only "healthy" is idle: it goes.
-        drop(family.get("new"));
-        assert_eq!(family.keys(), ["failing", "held", "new", "open"]);
-        family.get("new").try_acquire().unwrap().failure();
+        // Only "failing" is closed, not forced and not in use: it goes,
+        // with the failure in its window.
+        let new = family.get("new");
+        assert_eq!(family.keys(), ["forced", "held", "new", "open"]);
 
-        // Open, failing, held: no room, the overflow breaker serves the key.
-        let overflow = family.get("one-too-many");
+        // Open, forced, held twice: no room. Each new key gets a breaker
+        // of its own that the family does not keep.
+        let mine = family.get("one-too-many");
         assert_eq!(
-            (overflow.name(), overflow.key()),
-            ("payments", Some("(overflow)"))
+            (mine.name(), mine.key()),
+            ("payments", Some("one-too-many"))
         );
-        assert_eq!(family.get("another").key(), Some("(overflow)"));
-        assert_eq!(family.keys(), ["failing", "held", "new", "open"]);
+        mine.try_acquire().unwrap().failure();
+        mine.try_acquire().unwrap().failure();
+        assert_eq!(mine.state(), State::Open);
+        let other = family.get("another");
+        assert_eq!(other.key(), Some("another"));
+        assert_eq!(other.state(), State::Closed);
+        assert!(other.try_acquire().is_ok());
+        assert_eq!(family.keys(), ["forced", "held", "new", "open"]);
+        assert!(family.find("one-too-many").is_none());
 
-        // Once the held handle is dropped, its member is idle again.
+        // Once the held handle is dropped, its member can go.
         drop(held);
         assert_eq!(family.get("room").key(), Some("room"));
-        assert_eq!(family.keys(), ["failing", "new", "open", "room"]);
+        assert_eq!(family.keys(), ["forced", "new", "open", "room"]);
+        drop(new);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_new_key_looks_at_64_members_and_the_hand_moves_on() {
+        let family = family(200);
+        for i in 0..200 {
+            let member = family.get(&format!("m{i}"));
+            // All open but the last one.
+            if i < 199 {
+                open(&member);
+            }
+        }
+        // Each new key looks at the next 64 members: the closed one is
+        // found within ⌈200 / 64⌉ new keys, the others meanwhile getting
+        // breakers of their own.
+        let admitted = (0..4)
+            .map(|i| format!("new{i}"))
+            .find(|key| family.get(key).key() == Some(key.as_str()) && family.find(key).is_some());
+        assert!(admitted.is_some(), "{:?}", family.len());
+        assert_eq!(family.len(), 200);
+        assert!(family.find("m199").is_none());
+        assert_eq!(family.open_members(), 199);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn keys_seen_once_evict_their_own_kind_first() {
+        let family = family(10);
+        let steady: Vec<String> = (0..5).map(|i| format!("steady{i}")).collect();
+        for key in &steady {
+            drop(family.get(key));
+        }
+        for i in 0..100 {
+            // The steady keys are used between newcomers, as a service's
+            // regular hosts are.
+            for key in &steady {
+                drop(family.get(key));
+            }
+            drop(family.get(&format!("once{i}")));
+        }
+        for key in &steady {
+            assert!(
+                family.find(key).is_some(),
+                "{key} was evicted: {:?}",
+                family.keys()
+            );
+        }
+        assert_eq!(family.len(), 10);
     }
 
     #[tokio::test(start_paused = true)]

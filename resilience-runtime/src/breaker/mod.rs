@@ -138,8 +138,10 @@
 //!
 //! When the names are known only at run time, a [`BreakerFamily`] holds
 //! one breaker per key under one name and one [`FamilyConfig`], with a cap
-//! on members and eviction of idle ones; its metrics carry the family's
-//! name, never the key. [`Registry::breaker_for`](crate::registry::Registry::breaker_for)
+//! on members: at the cap a new key evicts the least recently used closed
+//! member in O(1), never an open one, and never shares a breaker with
+//! another key (see [`BreakerFamily`]'s memory and eviction). Its metrics
+//! carry the family's name, never the key. [`Registry::breaker_for`](crate::registry::Registry::breaker_for)
 //! and `#[circuit_breaker(name = "…", key = arg)]` build them.
 //!
 //! # Cost
