@@ -79,6 +79,16 @@ async fn a_fast_answer_sends_one_request() {
     assert_eq!(replicas.sent.load(Ordering::SeqCst), 1);
 }
 
+#[tokio::test(start_paused = true)]
+async fn under_once_a_slow_replica_is_waited_for_and_not_hedged() {
+    let replicas = Replicas::new(&[(1000, 200), (10, 200)]);
+    let start = Instant::now();
+    let page = resilience::retry::once(replicas.get_page("home".to_owned())).await;
+    assert_eq!(page.as_deref(), Ok("home: 200"));
+    assert_eq!(start.elapsed(), Duration::from_millis(1000));
+    assert_eq!(replicas.sent.load(Ordering::SeqCst), 1);
+}
+
 /// A free fn borrowing its argument, each attempt its own future.
 #[hedge(delay = "20ms", max = 2, name = "lookup")]
 async fn get_length(word: &str, slow_first: &AtomicU32) -> Result<usize, ClientError> {

@@ -276,3 +276,54 @@ async fn a_seed_makes_the_pauses_of_an_attribute_repeatable() {
     assert_eq!(first, pauses(42).await);
     assert_ne!(first, pauses(43).await);
 }
+
+// A caller's override for one call (`retry::once`, `retry::at_most`): fewer
+// attempts than the attribute's, never more, for this call only.
+
+#[tokio::test(start_paused = true)]
+async fn once_makes_one_attempt_of_an_annotated_fn() {
+    let client = client(&[503, 503, 200]);
+    assert_eq!(
+        retry::once(client.get_user(7)).await,
+        Err(ClientError::Status(503)),
+        "the attempt's own error, as when the attempts are used up"
+    );
+    assert_eq!(client.script.calls(), 1);
+    // The next call, outside the override, has the attribute's three.
+    assert_eq!(client.get_user(7).await, Ok(7));
+    assert_eq!(client.script.calls(), 3);
+}
+
+#[tokio::test(start_paused = true)]
+async fn at_most_lowers_the_attempts_and_cannot_raise_them() {
+    let two = std::num::NonZeroU32::new(2).unwrap();
+    let client = client(&[503, 503, 200]);
+    assert_eq!(
+        retry::at_most(two, client.get_user(7)).await,
+        Err(ClientError::Status(503))
+    );
+    assert_eq!(client.script.calls(), 2);
+
+    // `max = 3` stays the bound when the caller asks for ten.
+    let ten = std::num::NonZeroU32::new(10).unwrap();
+    let client = self::client(&[503, 503, 503, 503, 200]);
+    assert_eq!(
+        retry::at_most(ten, client.get_user(7)).await,
+        Err(ClientError::Status(503))
+    );
+    assert_eq!(client.script.calls(), 3);
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_override_reaches_an_annotated_fn_called_deep_inside() {
+    async fn handler(client: &Client) -> Result<u64, ClientError> {
+        let user = client.get_user(1).await?;
+        client.get_user(user + 1).await
+    }
+    let client = client(&[200, 502, 200]);
+    assert_eq!(
+        retry::once(handler(&client)).await,
+        Err(ClientError::Status(502))
+    );
+    assert_eq!(client.script.calls(), 2, "the second fn was not retried");
+}

@@ -354,7 +354,7 @@ impl<R, P: Borrow<Policy>, S: Slot> Attempts<R, P, S> {
     /// (`BudgetEmpty`). The call's time and the caller's deadline bound it
     /// as a whole, by the timer [`begin`](Self::begin) armed.
     pub fn hedge(&mut self) -> Result<(), GiveUp> {
-        if self.attempt >= self.policy().max_attempts() {
+        if self.attempt >= self.policy().max_attempts().min(super::per_call::limit()) {
             return Err(GiveUp::Exhausted);
         }
         if super::layer::outer().is_some() {
@@ -432,7 +432,7 @@ impl<R: RngCore, P: Borrow<Policy>, S: Slot> Attempts<R, P, S> {
         if super::layer::outer().is_some() {
             return Next::GiveUp(GiveUp::Nested);
         }
-        if self.attempt >= self.policy().max_attempts() {
+        if self.attempt >= self.policy().max_attempts().min(super::per_call::limit()) {
             return Next::GiveUp(GiveUp::Exhausted);
         }
         let now = Instant::now();

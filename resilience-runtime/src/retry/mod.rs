@@ -16,7 +16,9 @@
 //! - [`Attempts`]: the same rules for code that drives its own loop, as
 //!   the attributes' expansion does (its loop is `chain.rs`);
 //! - [`Budget`]: the retries of every chain to one dependency, capped at a
-//!   share of its calls.
+//!   share of its calls;
+//! - [`once`] and [`at_most`]: a caller's override for one call, fewer
+//!   attempts than the policy allows (`retry/per_call.rs`).
 //!
 //! ```
 //! use resilience::retry::{HttpStatus, Policy};
@@ -56,6 +58,7 @@ pub mod hedge;
 pub mod layer;
 #[cfg(feature = "sqlx-postgres")]
 pub(crate) mod no_retry;
+mod per_call;
 mod policy;
 mod retry_after;
 
@@ -71,5 +74,6 @@ pub use executor::{
     seed_jitter,
 };
 pub use hedge::{Hedge, MAX_HEDGED_ATTEMPTS};
+pub use per_call::{AtMost, at_most, once};
 pub use policy::{Policy, PolicyBuilder};
 pub use retry_after::{AsRetryAfter, parse_retry_after, parse_retry_after_bytes};
