@@ -13,7 +13,9 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::time::{Duration, Instant};
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use resilience::breaker::{BreakerConfig, BreakerFamily, CircuitBreaker, FamilyConfig, State};
+use resilience::breaker::{
+    BreakerConfig, BreakerFamily, CircuitBreaker, FamilyConfig, FamilyKey, MAX_MEMBERS, State,
+};
 use resilience::registry::Registry;
 use resilience::retry::{Classify, HttpStatus, Verdict};
 
@@ -503,6 +505,53 @@ fn scale(c: &mut Criterion) {
     group.finish();
 }
 
+/// A family of 1,000,000 members, the most one may hold (#31): the time
+/// to fill it, its heap, a lookup of a member, and a new key at the cap,
+/// which evicts one. Keys are integers, formatted on the stack by
+/// [`FamilyKey`]; the first row is that formatting alone.
+fn family(c: &mut Criterion) {
+    let n = u64::from(MAX_MEMBERS);
+    let config = FamilyConfig::new().with_max_members(MAX_MEMBERS);
+    let family = BreakerFamily::new("million", config).unwrap();
+    let before = LIVE_BYTES.load(Relaxed);
+    let start = Instant::now();
+    for key in 0..n {
+        drop(key.with_key(|key| family.get(key)));
+    }
+    let filled = start.elapsed();
+    let heap = LIVE_BYTES.load(Relaxed) - before;
+    assert_eq!(family.len() as u64, n);
+    println!(
+        "a family of {n} members: {heap} bytes of heap, {} each (the breaker, its key twice, \
+         its place in the key table sized for twice the cap and in the ring); filled in {:.2} s",
+        heap / family.len(),
+        filled.as_secs_f64(),
+    );
+    let mut group = c.benchmark_group("breaker/family");
+    group.bench_function("baseline: the key formatted", |b| {
+        let mut i = 0;
+        b.iter(|| {
+            i = (i + 7919) % n;
+            black_box(black_box(i).with_key(str::len))
+        })
+    });
+    group.bench_function("get, a member of 1,000,000", |b| {
+        let mut i = 0;
+        b.iter(|| {
+            i = (i + 7919) % n;
+            black_box(black_box(i).with_key(|key| family.get(key)))
+        })
+    });
+    let mut next = n;
+    group.bench_function("get, a new key at the cap of 1,000,000 (evicts one)", |b| {
+        b.iter(|| {
+            next += 1;
+            black_box(black_box(next).with_key(|key| family.get(key)))
+        })
+    });
+    group.finish();
+}
+
 criterion_group!(
     benches,
     single_thread,
@@ -511,6 +560,7 @@ criterion_group!(
     memory,
     shared,
     no_runtime,
-    scale
+    scale,
+    family
 );
 criterion_main!(benches);
