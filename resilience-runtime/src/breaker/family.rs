@@ -95,7 +95,7 @@ impl FamilyConfig {
         self.max_members
     }
 
-    /// How long an idle member may stay unused.
+    /// How long a closed member may stay unused below the cap.
     pub const fn idle(&self) -> Duration {
         self.idle
     }

@@ -145,7 +145,7 @@ impl<C: SiteKind> Site for BreakerSite<C> {
 }
 
 /// The breaker of one call at a [`FamilySite`]: its key's member, taken
-/// for the call only, so that an idle member stays evictable.
+/// for the call only, so that a member no call uses stays evictable.
 #[derive(Debug)]
 pub struct Member {
     breaker: CircuitBreaker,
