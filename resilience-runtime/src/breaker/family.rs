@@ -268,9 +268,10 @@ fn with_displayed<R>(value: &impl fmt::Display, f: impl FnOnce(&str) -> R) -> R 
 ///
 /// A family holds at most `max_members` members (default 1,000), each a
 /// breaker of about 1 KiB plus its key, so its memory stays bounded
-/// whatever keys its callers make up. A known key costs a read lock and a
-/// hash; a new key is admitted under the write lock in O(1): it looks at
-/// no more than 64 members, whatever the family's size.
+/// whatever keys its callers make up. A known key costs a clock read, a
+/// read lock and a hash; a new key is admitted under the write lock in
+/// O(1): it looks at no more than 64 members, whatever the family's size
+/// (`BENCHMARKS.md` has the figures at 1,000,000 members).
 ///
 /// **Which member a new key evicts.** At the cap, a new key takes the
 /// place of a member that is *closed*, not forced and not in use (no
@@ -451,10 +452,10 @@ impl BreakerFamily {
     /// [memory and eviction](BreakerFamily#memory-and-eviction) for what a
     /// new key may evict, and for the breaker it gets when nothing can go).
     ///
-    /// One read lock and one hash of `key` per call; call it per call
-    /// rather than keeping the breaker, so that an unused member can be
-    /// evicted (a handle kept outside the family makes its member
-    /// unevictable).
+    /// One clock read, one read lock and one hash of `key` per call; call
+    /// it per call rather than keeping the breaker, so that an unused
+    /// member can be evicted (a handle kept outside the family makes its
+    /// member unevictable).
     pub fn get(&self, key: &str) -> CircuitBreaker {
         let family = &*self.inner;
         let now = family.now();
