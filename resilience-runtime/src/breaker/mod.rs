@@ -202,9 +202,6 @@ pub use state::State;
 
 use self::machine::Inner;
 use self::state::{CLOSED, HALF_OPEN, OPEN, Probes, Word};
-// The unit tests read the tickers' bits of the word.
-#[cfg(all(test, not(loom)))]
-use self::state::{NO_TICKER, THREAD};
 use self::sync::{Arc, Ordering::*};
 use crate::clock::duration_nanos;
 use crate::deadline;

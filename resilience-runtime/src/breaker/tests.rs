@@ -424,8 +424,8 @@ fn without_a_runtime_the_ticker_thread_drives_it_and_it_still_works() {
     b.try_acquire().unwrap().success();
     // Claimed by the thread in that first call: from now on no call reads
     // the clock (`NO_TICKER` is what sent every call to read it).
-    let word = b.inner.state.load(Ordering::Acquire);
-    assert_eq!(word & (NO_TICKER | THREAD), THREAD, "{word:#b}");
+    let word = Word(b.inner.state.load(Ordering::Acquire));
+    assert!(word.on_thread() && !word.unticked(), "{:#b}", word.0);
     b.try_acquire().unwrap().failure();
     assert_eq!(b.state(), State::Closed, "2 calls < min 3");
     b.try_acquire().unwrap().failure();
@@ -463,10 +463,7 @@ fn the_ticker_thread_ends_a_cooldown_and_lets_a_runtime_take_the_breaker_over() 
         let calls = AtomicU32::new(0);
         assert!(succeed(&b, &calls).await.is_ok());
         assert_eq!(b.state(), State::Closed);
-        assert_eq!(
-            b.inner.state.load(Ordering::Acquire) & (NO_TICKER | THREAD),
-            0
-        );
+        assert!(!Word(b.inner.state.load(Ordering::Acquire)).wants_runtime_ticker());
         driven.tick(tokio::time::Instant::now());
         assert_eq!(driven.len(), 0);
     });
@@ -479,7 +476,7 @@ fn the_ticker_thread_ends_a_cooldown_and_lets_a_runtime_take_the_breaker_over() 
 fn a_breaker_of_the_ticker_thread_follows_a_paused_runtime_it_fails_in() {
     let b = breaker(BreakerConfig::new().with_cooldown(Duration::from_secs(2)));
     b.try_acquire().unwrap().success();
-    assert_ne!(b.inner.state.load(Ordering::Acquire) & THREAD, 0);
+    assert!(Word(b.inner.state.load(Ordering::Acquire)).on_thread());
     let paused = tokio::runtime::Builder::new_current_thread()
         .enable_time()
         .start_paused(true)
@@ -487,7 +484,7 @@ fn a_breaker_of_the_ticker_thread_follows_a_paused_runtime_it_fails_in() {
         .unwrap();
     paused.block_on(async {
         trip(&b).await;
-        assert_eq!(b.inner.state.load(Ordering::Acquire) & THREAD, 0);
+        assert!(!Word(b.inner.state.load(Ordering::Acquire)).on_thread());
         sleep(Duration::from_millis(2500)).await;
         assert_eq!(b.state(), State::HalfOpen, "2 s on the paused clock");
     });
