@@ -171,14 +171,12 @@ pub trait FamilyKey {
 }
 
 impl FamilyKey for str {
-    #[inline]
     fn with_key<R>(&self, f: impl FnOnce(&str) -> R) -> R {
         f(self)
     }
 }
 
 impl<T: FamilyKey + ?Sized> FamilyKey for &T {
-    #[inline]
     fn with_key<R>(&self, f: impl FnOnce(&str) -> R) -> R {
         (**self).with_key(f)
     }
@@ -187,7 +185,6 @@ impl<T: FamilyKey + ?Sized> FamilyKey for &T {
 macro_rules! text_keys {
     ($($ty:ty),*) => {$(
         impl FamilyKey for $ty {
-            #[inline]
             fn with_key<R>(&self, f: impl FnOnce(&str) -> R) -> R {
                 f(self.as_ref())
             }
@@ -200,7 +197,6 @@ text_keys!(String, Box<str>, Arc<str>, std::borrow::Cow<'_, str>);
 macro_rules! displayed_keys {
     ($($ty:ty),*) => {$(
         impl FamilyKey for $ty {
-            #[inline]
             fn with_key<R>(&self, f: impl FnOnce(&str) -> R) -> R {
                 with_displayed(self, f)
             }
@@ -679,7 +675,6 @@ impl Members {
 impl Member {
     /// A `get` of a known key: marks the member, and records the time
     /// when it moved on by more than `idle / 64`.
-    #[inline]
     fn touch(&self, now: u64, idle: Duration) {
         if !self.marked.load(Relaxed) {
             self.marked.store(true, Relaxed);

@@ -99,65 +99,54 @@ impl Word {
         )
     }
 
-    #[inline(always)]
     pub(crate) const fn state(self) -> State {
         State::from_bits(self.0)
     }
 
     /// `CLOSED`, `HALF_OPEN` or `OPEN`.
-    #[inline(always)]
     pub(crate) const fn kind(self) -> u64 {
         self.0 & KIND
     }
 
-    #[inline(always)]
     pub(crate) const fn is_open(self) -> bool {
         self.kind() == OPEN
     }
 
-    #[inline(always)]
     pub(crate) const fn is_half_open(self) -> bool {
         self.kind() == HALF_OPEN
     }
 
-    #[inline(always)]
     pub(crate) const fn forced(self) -> bool {
         self.0 & FORCED != 0
     }
 
     /// Open and not forced: the cooldown runs, and its end moves the
     /// breaker to half-open.
-    #[inline(always)]
     pub(crate) const fn cooling_down(self) -> bool {
         self.is_open() && !self.forced()
     }
 
     /// Closed and not forced: a failure may trip it.
-    #[inline(always)]
     pub(crate) const fn may_trip(self) -> bool {
         self.0 & (KIND | FORCED) == CLOSED
     }
 
     /// The closed path: closed, not forced, no clock needed.
-    #[inline(always)]
     pub(crate) const fn is_fast(self) -> bool {
         self.0 & FAST == 0
     }
 
     /// A call is rejected at once, without a clock read: open with no
     /// clock needed and no runtime to look for, or forced open.
-    #[inline(always)]
     pub(crate) const fn rejects_at_once(self) -> bool {
         self.0 & (KIND | CLOCK_BITS | THREAD) == OPEN || self.0 & (KIND | FORCED) == OPEN | FORCED
     }
 
-    #[inline(always)]
     pub(crate) const fn needs_clock(self) -> bool {
         self.0 & CLOCK_BITS != 0
     }
 
     /// No ticker drives the breaker (`NO_TICKER`).
-    #[inline(always)]
     #[cfg_attr(loom, allow(dead_code))] // the ticker is outside the model
     pub(crate) const fn unticked(self) -> bool {
         self.0 & NO_TICKER != 0
@@ -165,14 +154,12 @@ impl Word {
 
     /// The ticker thread of callers without a runtime drives the breaker
     /// (`THREAD`).
-    #[inline(always)]
     pub(crate) const fn on_thread(self) -> bool {
         self.0 & THREAD != 0
     }
 
     /// No runtime's ticker drives the breaker: none does, or the thread
     /// does. A call inside a runtime hands it to that runtime's ticker.
-    #[inline(always)]
     pub(crate) const fn wants_runtime_ticker(self) -> bool {
         self.0 & (NO_TICKER | THREAD) != 0
     }
@@ -182,7 +169,6 @@ impl Word {
     #[cfg_attr(loom, allow(dead_code))]
     pub(crate) const RUNTIME_TICKER: u64 = !(NO_TICKER | THREAD);
 
-    #[inline(always)]
     pub(crate) const fn generation(self) -> u32 {
         (self.0 >> GEN_SHIFT) as u32
     }

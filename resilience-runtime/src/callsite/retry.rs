@@ -43,9 +43,7 @@ pub struct RetrySite {
 
 /// What a [`RetrySite`] resolved on its first call. A chain holds one
 /// pointer to it, through which it reaches both its policy and its name.
-// `repr(C)`, name first: the name's address is the pointer itself.
 #[derive(Debug)]
-#[repr(C)]
 pub struct Resolved {
     name: &'static str,
     policy: Policy,

@@ -93,12 +93,7 @@ pub enum Next {
 /// policy that outlives it such as one resolved once into a `static`, by
 /// reference ([`Attempts::borrowed`]), which saves copying it for every
 /// call.
-// `repr(C)`, policy first: a chain is built by copying the policy in, and
-// with the counter laid out in front of it the copy read the policy at a
-// 4-byte offset from how it was written, which stalls the store buffer and
-// cost a third of the success path.
 #[derive(Debug)]
-#[repr(C)]
 pub struct Attempts<R = DefaultRng, P = Policy, S = Kept> {
     policy: P,
     start: Option<Instant>,
