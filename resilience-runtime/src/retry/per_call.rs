@@ -65,7 +65,6 @@ thread_local! {
 
 /// The most attempts the caller allows the chain deciding now, or
 /// `u32::MAX` outside any override.
-#[inline]
 pub(crate) fn limit() -> u32 {
     AT_MOST.get()
 }
