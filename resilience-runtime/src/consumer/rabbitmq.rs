@@ -60,6 +60,10 @@ use lapin::{Channel, Connection, ConnectionProperties};
 
 use super::message::{Broker, DeadLetter, Message};
 
+/// The driver (3), re-exported so that the application opens its
+/// connection and channels with the version this adapter is built for.
+pub use lapin;
+
 /// Connects to `uri` (`amqp://user:password@host:port/vhost`) on the
 /// current tokio runtime (its executor and reactor), without TLS.
 ///

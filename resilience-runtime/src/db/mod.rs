@@ -86,6 +86,7 @@ mod transaction;
 
 pub use transaction::{BoxFuture, Isolation, Transaction, transaction};
 
-/// The driver, re-exported so that code naming its types uses the version
-/// the runtime was built with.
+/// The driver (0.8), re-exported so that code naming its types uses the
+/// version these integrations are built for: an `sqlx::Error` of another
+/// version is another type, which the classification does not cover.
 pub use sqlx;

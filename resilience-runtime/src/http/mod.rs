@@ -48,7 +48,17 @@ mod request;
 #[cfg(feature = "reqwest-middleware")]
 pub use crate::http_rules::RetryOverride;
 pub use classify::{classify_response, retry_after};
+
 pub use error::{HttpError, StatusError};
 #[cfg(feature = "reqwest-middleware")]
 pub use middleware::ResilienceMiddleware;
 pub use request::{ReplayableRequest, RequestBuilderExt, ResponseExt, RetriedRequest};
+/// The HTTP client (0.13), re-exported so that code building the client and
+/// naming its types uses the version these integrations are built for: a
+/// `reqwest::Response` of another major version is another type, and
+/// [`ResponseExt`] and the error's classification would not apply to it.
+pub use reqwest;
+/// The middleware crate (0.5) [`ResilienceMiddleware`] plugs into,
+/// re-exported for the same reason.
+#[cfg(feature = "reqwest-middleware")]
+pub use reqwest_middleware;

@@ -223,7 +223,8 @@ impl fmt::Display for Reason {
     message = "`{Self}` does not say which of its errors may be retried",
     label = "this error type does not implement `Classify`",
     note = "derive it, `#[derive(resilience::Classify)]` with `#[classify(transient)]` or `#[classify(permanent)]` on each variant, or implement `resilience::retry::Classify` for `{Self}`: `Verdict::Transient` for errors a later attempt may not see (timeouts, resets, 5xx), `Verdict::Permanent` for the rest",
-    note = "an error type that is not yours (`Box<dyn Error>`, `anyhow::Error`) cannot implement it in your crate: classify at the call site with `#[retry(when = my_classifier)]`, or wrap it in an error type of your own that derives `Classify`"
+    note = "an error type that is not yours (`Box<dyn Error>`, `anyhow::Error`) cannot implement it in your crate: classify at the call site with `#[retry(when = my_classifier)]`, or wrap it in an error type of your own that derives `Classify`",
+    note = "if `{Self}` is `reqwest::Error` or `sqlx::Error`, which resilience classifies, two major versions of that driver are in your build (`cargo tree -d` shows them): depend on the version resilience's README names, or use its re-export (`resilience::http::reqwest`, `resilience::db::sqlx`)"
 )]
 pub trait Classify {
     /// The verdict for this error.
