@@ -263,8 +263,10 @@ fn every_bad_value_of_a_file_is_reported_at_once() {
     for (section, field) in [
         ("`[breakers.inventory]` in `config.toml` line 5", "mni"),
         ("`[breakers.inventory]` in `config.toml` line 6", "window"),
-        ("`[breakers.user]` in `config.toml`", "ratio"),
-        ("`[retry.\"user.get\"]` in `config.toml`", "jitter"),
+        // Values that read but break a rule name their line too (issue
+        // 32: these had the section only).
+        ("`[breakers.user]` in `config.toml` line 2", "ratio"),
+        ("`[retry.\"user.get\"]` in `config.toml` line 9", "jitter"),
     ] {
         assert!(
             found.iter().any(|(s, f)| s == section && f == field),

@@ -265,9 +265,11 @@ impl FileConfig {
         };
         // Check every section now, so that a broken file fails at startup,
         // with all of its mistakes.
-        let mut defaults = read_section::<BreakerSection>(raw.defaults)
-            .map_err(|err| errors.extend(at_line(err, "[defaults]", "defaults", "")))
-            .unwrap_or_default();
+        let (mut defaults, bad) = read_section::<BreakerSection>(raw.defaults);
+        errors.extend(
+            bad.into_iter()
+                .flat_map(|err| at_line(err, "[defaults]", "defaults", "")),
+        );
         defaults.leak_url();
         let base = match defaults
             .apply(BreakerConfig::new())
@@ -275,78 +277,67 @@ impl FileConfig {
         {
             Ok(base) => base,
             Err(err) => {
-                errors.push(err.with_subject(section("[defaults]".into())));
+                errors.extend(at_line(err, "[defaults]", "defaults", ""));
                 BreakerConfig::new()
             }
         };
         let mut breakers = HashMap::new();
         for (name, value) in raw.breakers {
             let header = format!("[breakers.{}]", super::toml_key(&name));
-            let subject = || section(header.clone());
-            let mut breaker = match read_table::<BreakerSection>(value) {
-                Ok(breaker) => breaker,
-                Err(err) => {
-                    errors.extend(at_line(err, &header, "breakers", &name));
-                    continue;
-                }
-            };
+            let (mut breaker, bad) = read_table::<BreakerSection>(value);
+            errors.extend(
+                bad.into_iter()
+                    .flat_map(|err| at_line(err, &header, "breakers", &name)),
+            );
             breaker.leak_url();
             if let Err(err) = breaker.apply(base).and_then(|c| c.validate()) {
-                errors.push(err.with_subject(subject()));
+                errors.extend(at_line(err, &header, "breakers", &name));
             }
             if let Err(err) = breaker
                 .apply_family(FamilyConfig::new())
                 .and_then(|c| c.validate())
             {
-                errors.push(err.with_subject(subject()));
+                errors.extend(at_line(err, &header, "breakers", &name));
             }
             breakers.insert(name, breaker);
         }
         let mut retry = HashMap::new();
         for (name, value) in raw.retry {
             let header = format!("[retry.{}]", super::toml_key(&name));
-            let subject = || section(header.clone());
-            let policy = match read_table::<RetrySection>(value) {
-                Ok(policy) => policy,
-                Err(err) => {
-                    errors.extend(at_line(err, &header, "retry", &name));
-                    continue;
-                }
-            };
+            let (policy, bad) = read_table::<RetrySection>(value);
+            errors.extend(
+                bad.into_iter()
+                    .flat_map(|err| at_line(err, &header, "retry", &name)),
+            );
             if let Err(err) = policy
                 .apply(PolicyBuilder::http())
                 .and_then(PolicyBuilder::build)
             {
-                errors.push(err.with_subject(subject()));
+                errors.extend(at_line(err, &header, "retry", &name));
             }
             retry.insert(name, policy);
         }
         let mut budgets = HashMap::new();
         for (name, value) in raw.budgets {
             let header = format!("[budgets.{}]", super::toml_key(&name));
-            let subject = || section(header.clone());
-            let budget = match read_table::<BudgetSection>(value) {
-                Ok(budget) => budget,
-                Err(err) => {
-                    errors.extend(at_line(err, &header, "budgets", &name));
-                    continue;
-                }
-            };
+            let (budget, bad) = read_table::<BudgetSection>(value);
+            errors.extend(
+                bad.into_iter()
+                    .flat_map(|err| at_line(err, &header, "budgets", &name)),
+            );
             if let Err(err) = budget.apply(BudgetConfig::new()).and_then(|c| c.validate()) {
-                errors.push(err.with_subject(subject()));
+                errors.extend(at_line(err, &header, "budgets", &name));
             }
             budgets.insert(name, budget);
         }
         let mut limits = HashMap::new();
         for (name, value) in raw.limits {
             let header = format!("[limits.{}]", super::toml_key(&name));
-            let section = match read_table::<LimitSection>(value) {
-                Ok(section) => section,
-                Err(err) => {
-                    errors.extend(at_line(err, &header, "limits", &name));
-                    continue;
-                }
-            };
+            let (section, bad) = read_table::<LimitSection>(value);
+            errors.extend(
+                bad.into_iter()
+                    .flat_map(|err| at_line(err, &header, "limits", &name)),
+            );
             match section.config() {
                 Ok(config) => {
                     limits.insert(name, config);
@@ -640,44 +631,82 @@ const DURATION_KEYS: &[&str] = &[
     "window",
 ];
 
-/// A section's table, or its schema errors (unknown keys, wrong types):
-/// each key is tried on its own, so that every bad key is named with its
-/// value.
-fn read_section<T: serde::de::DeserializeOwned>(table: toml::Table) -> Result<T, ConfigError> {
-    let keys = table.clone();
-    let whole = match table.try_into() {
-        Ok(section) => return Ok(section),
+/// A section's table read key by key: the section made of its good keys,
+/// and an error for each bad one (an unknown key, with the known key it
+/// was likely meant to be; a value of the wrong type; a duration that does
+/// not parse), so that a file's every mistake is named at once, each with
+/// its value.
+fn read_section<T: serde::de::DeserializeOwned + Default>(
+    mut table: toml::Table,
+) -> (T, Option<ConfigError>) {
+    let mut errors = Vec::new();
+    table.retain(|key, value| match check_key::<T>(key, value) {
+        Ok(()) => true,
+        Err(err) => {
+            errors.push(err);
+            false
+        }
+    });
+    let section = match table.clone().try_into() {
+        Ok(section) => section,
+        Err(err) => {
+            errors.push(schema_error(&err, &table));
+            T::default()
+        }
+    };
+    (section, ConfigError::combine(errors))
+}
+
+/// One key of a section, read on its own.
+fn check_key<T: serde::de::DeserializeOwned>(
+    key: &str,
+    value: &toml::Value,
+) -> Result<(), ConfigError> {
+    let mut alone = toml::Table::new();
+    alone.insert(key.to_owned(), value.clone());
+    let duration_key = DURATION_KEYS.iter().find(|known| **known == key);
+    let err = match alone.try_into::<T>() {
+        Ok(_) => {
+            return match (duration_key, value) {
+                (Some(key), toml::Value::String(text)) => duration(key, text).map(drop),
+                _ => Ok(()),
+            };
+        }
         Err(err) => err,
     };
-    let errors = keys.iter().filter_map(|(key, value)| {
-        let mut alone = toml::Table::new();
-        alone.insert(key.clone(), value.clone());
-        let err = alone.try_into::<T>().err()?;
-        let mut reason = err.message().trim().to_owned();
-        if DURATION_KEYS.contains(&key.as_str())
-            && matches!(value, toml::Value::Integer(_) | toml::Value::Float(_))
-        {
-            // `cooldown = 2`: serde says only "expected a string".
-            reason.push_str(&format!(
-                "; a duration is a string with its unit, such as \"{}s\"",
-                show(value)
-            ));
+    let mut reason = err.message().trim().to_owned();
+    if let Some(known) = reason.strip_prefix("unknown field `") {
+        // serde lists the keys it expected: `expected one of `a`, `b``.
+        let known = known.split('`').skip(2).step_by(2);
+        if let Some(meant) = resilience_rules::suggest::did_you_mean(key, known) {
+            reason = format!("unknown key; did you mean `{meant}`? ({reason})");
         }
-        Some(ConfigError::new("", key.clone(), show(value), reason))
-    });
-    Err(ConfigError::combine(errors).unwrap_or_else(|| schema_error(&whole, &keys)))
+    }
+    if duration_key.is_some() && matches!(value, toml::Value::Integer(_) | toml::Value::Float(_)) {
+        // `cooldown = 2`: serde says only "expected a string".
+        reason.push_str(&format!(
+            "; a duration is a string with its unit, such as \"{}s\"",
+            show(value)
+        ));
+    }
+    Err(ConfigError::new("", key.to_owned(), show(value), reason))
 }
 
 /// Like [`read_section`], for a value that must be a table.
-fn read_table<T: serde::de::DeserializeOwned>(value: toml::Value) -> Result<T, ConfigError> {
+fn read_table<T: serde::de::DeserializeOwned + Default>(
+    value: toml::Value,
+) -> (T, Option<ConfigError>) {
     match value {
         toml::Value::Table(table) => read_section(table),
-        other => Err(ConfigError::new(
-            "",
-            "section",
-            show(&other),
-            "a section is a table of keys, e.g. `[breakers.user]` then `min = 10`",
-        )),
+        other => (
+            T::default(),
+            Some(ConfigError::new(
+                "",
+                "section",
+                show(&other),
+                "a section is a table of keys, e.g. `[breakers.user]` then `min = 10`",
+            )),
+        ),
     }
 }
 

@@ -155,16 +155,18 @@ fn bad_files_name_the_file_the_key_and_the_value() {
     assert_eq!((err.field(), err.value()), ("min", "\"ten\""));
     assert_eq!(err.subject(), "`[breakers.user]` in `app.toml` line 2");
 
+    // A value that reads but breaks a rule names its line too (issue 32:
+    // these had the section only).
     let err = file_error("[breakers.user]\nratio = 1.5\n");
-    assert_eq!(err.subject(), "`[breakers.user]` in `app.toml`");
+    assert_eq!(err.subject(), "`[breakers.user]` in `app.toml` line 2");
     assert_eq!((err.field(), err.value()), ("ratio", "1.5"));
 
     let err = file_error("[defaults]\ncooldown = \"30 parsecs\"\n");
-    assert_eq!(err.subject(), "`[defaults]` in `app.toml`");
+    assert_eq!(err.subject(), "`[defaults]` in `app.toml` line 2");
     assert_eq!((err.field(), err.value()), ("cooldown", "\"30 parsecs\""));
 
     let err = file_error("[retry.user]\njitter = 0.01\n");
-    assert_eq!(err.subject(), "`[retry.user]` in `app.toml`");
+    assert_eq!(err.subject(), "`[retry.user]` in `app.toml` line 2");
     assert_eq!(err.field(), "jitter");
 
     let err = file_error("[breaker.user]\nmin = 1\n");
@@ -176,6 +178,58 @@ fn bad_files_name_the_file_the_key_and_the_value() {
 
     let err = file_error("service = \"\"\n");
     assert_eq!(err.field(), "service");
+}
+
+#[test]
+fn every_bad_value_of_a_section_is_named_with_its_line() {
+    let err = file_error(
+        "[breakers.user]\n\
+         ratoi = 0.3\n\
+         min = \"ten\"\n\
+         cooldown = \"30 parsecs\"\n\
+         half_open = 0\n\
+         [retry.user]\n\
+         initial = \"1 fortnight\"\n\
+         max_attempts = 0\n",
+    );
+    let all: Vec<_> = err
+        .errors()
+        .map(|e| (e.subject().to_owned(), e.field().to_owned()))
+        .collect();
+    for (line, field, section) in [
+        (2, "ratoi", "breakers"),
+        (3, "min", "breakers"),
+        (4, "cooldown", "breakers"),
+        (5, "half_open", "breakers"),
+        (7, "initial", "retry"),
+        (8, "max_attempts", "retry"),
+    ] {
+        let subject = format!("`[{section}.user]` in `app.toml` line {line}");
+        assert!(
+            all.contains(&(subject.clone(), field.to_owned())),
+            "{field} at {subject} in {all:#?}"
+        );
+    }
+}
+
+#[test]
+fn an_unknown_key_is_told_the_key_it_was_likely_meant_to_be() {
+    let err = file_error("[breakers.user]\ncooldwon = \"30s\"\n");
+    assert_eq!(err.field(), "cooldwon");
+    assert!(
+        err.reason()
+            .starts_with("unknown key; did you mean `cooldown`?"),
+        "{err}"
+    );
+    let err = file_error("[retry.user]\nmax_attempt = 3\n");
+    assert!(
+        err.reason().contains("did you mean `max_attempts`?"),
+        "{err}"
+    );
+    // Nothing near: no guess, serde's list of the keys.
+    let err = file_error("[breakers.user]\ncolour = \"red\"\n");
+    assert!(!err.reason().contains("did you mean"), "{err}");
+    assert!(err.reason().contains("expected one of"), "{err}");
 }
 
 #[test]
@@ -283,7 +337,7 @@ fn a_shared_breaker_from_the_file() {
     let err = file_error("[breakers.user]\nsync_interval = \"1s\"\n");
     assert_eq!((err.field(), err.value()), ("sync_interval", "\"1s\""));
     let err = file_error("[breakers.user]\nshared = \"redis://x/\"\nsync_interval = \"1ms\"\n");
-    assert_eq!(err.subject(), "`[breakers.user]` in `app.toml`");
+    assert_eq!(err.subject(), "`[breakers.user]` in `app.toml` line 3");
     assert_eq!((err.field(), err.value()), ("sync_interval", "1ms"));
     let err = file_error("[breakers.user]\nshared = \"memcached://x\"\n");
     assert_eq!((err.field(), err.value()), ("shared", "\"memcached://x\""));
