@@ -23,7 +23,8 @@ use async_nats::jetstream::consumer::{AckPolicy, PullConsumer, pull};
 use async_nats::jetstream::{self as js, Context};
 use resilience_runtime::consumer::jetstream::{JetStream, JetStreamError, async_nats, header_text};
 use resilience_runtime::consumer::{
-    Broker, Consumer, ConsumerConfig, Disposition, Message, RedisDedup, Settled,
+    Begin, Broker, Consumer, ConsumerConfig, Dedup, Disposition, MemoryDedup, Message, RedisDedup,
+    Requeue, Settled,
 };
 use resilience_runtime::retry::Policy;
 use resilience_runtime::telemetry::Labels;
@@ -359,6 +360,56 @@ async fn a_consumer_killed_after_applying_before_acking_does_not_apply_the_redel
     assert_eq!(script.applied(), ["ok-1"], "applied once");
     assert_eq!(record.as_deref(), Some("applied"));
     assert_eq!(left, 0, "the redelivery was acknowledged");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs NATS with JetStream on 127.0.0.1:4222; run with --ignored"]
+async fn a_requeue_is_delayed_by_the_server_once_and_the_puller_goes_on() {
+    let streams = Streams::create(Duration::from_secs(10)).await;
+    streams.publish("m-1", "ok-1").await;
+    streams.publish("m-2", "ok-2").await;
+    // Another consumer holds m-1: it is handed back, to come again after
+    // the requeue delay.
+    let dedup = MemoryDedup::new();
+    let Begin::Fresh(_held) = dedup.begin("m-1", Duration::from_secs(300)).await.unwrap() else {
+        panic!("fresh id");
+    };
+    let delay = Duration::from_secs(2);
+    let config =
+        short_background(Duration::from_secs(5), Duration::from_secs(10)).with_requeue_delay(delay);
+    let script = Script::default();
+    let consumer = Consumer::new(config, script.handler()).with_dedup(dedup);
+    let mut broker = streams.subscribe(&streams.context, &config).await;
+
+    let started = tokio::time::Instant::now();
+    let first = process(&consumer, &mut broker, 1).await;
+    let handed_back = started.elapsed();
+    let second = process(&consumer, &mut broker, 1).await;
+    let next_done = started.elapsed();
+    let again = tokio::time::timeout(Duration::from_secs(10), broker.next())
+        .await
+        .expect("m-1 again within 10 s")
+        .unwrap()
+        .unwrap();
+    let redelivered_after = started.elapsed();
+    let again = broker.message(&again);
+    drop(broker);
+    streams.delete().await;
+
+    assert_eq!(first, [Disposition::Requeue(Requeue::InFlight)]);
+    assert_eq!(second, [Disposition::Processed { attempts: 1 }]);
+    assert_eq!(script.applied(), ["ok-2"]);
+    // The puller did not wait the delay (the server does): m-2 was done
+    // long before m-1 came back, and m-1 came back once, after one delay,
+    // not two.
+    assert!(handed_back < delay / 2, "handed back after {handed_back:?}");
+    assert!(next_done < delay / 2, "m-2 done after {next_done:?}");
+    assert_eq!(again.id(), Some("m-1"));
+    assert!(again.redelivered());
+    assert!(
+        redelivered_after >= delay && redelivered_after < 2 * delay,
+        "m-1 redelivered after {redelivered_after:?}, the requeue delay being {delay:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

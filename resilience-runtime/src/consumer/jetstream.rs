@@ -468,6 +468,12 @@ impl Broker for JetStream {
         self.send(delivery, AckKind::Nak(delay)).await
     }
 
+    /// The server waits the requeue delay (`-NAK` with a delay), so the
+    /// puller does not: it goes on with the next message.
+    fn delays_requeue(&self) -> bool {
+        true
+    }
+
     async fn dead_letter(
         &self,
         delivery: &Delivery,

@@ -226,6 +226,16 @@ pub trait Broker: Send + Sync {
         delivery: &Self::Delivery,
     ) -> impl Future<Output = Result<(), Self::Error>> + Send;
 
+    /// Whether [`requeue`](Self::requeue) delays the redelivery on the
+    /// broker by the [requeue delay](super::ConsumerConfig::requeue_delay)
+    /// itself (JetStream's `-NAK` with a delay). Then the consumer hands
+    /// the message back at once and goes on with the next; otherwise
+    /// (`false`, the default: RabbitMQ redelivers a requeued message at
+    /// once) it waits the delay before the requeue.
+    fn delays_requeue(&self) -> bool {
+        false
+    }
+
     /// Publishes `letter` to the dead-letter sink, confirmed, without
     /// settling the delivery.
     fn dead_letter(

@@ -498,7 +498,11 @@ where
                 );
             }
         }
-        tokio::time::sleep(self.config.requeue_delay()).await;
+        // Waited once: on the broker when it can delay the redelivery,
+        // here otherwise.
+        if !broker.delays_requeue() {
+            tokio::time::sleep(self.config.requeue_delay()).await;
+        }
         broker.requeue(delivery).await
     }
 }

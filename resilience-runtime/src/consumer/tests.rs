@@ -48,6 +48,8 @@ struct Memory {
     requeued: Mutex<Vec<Option<String>>>,
     dead: Mutex<Vec<DeadLetter>>,
     refuse_dead_letters: AtomicBool,
+    /// Whether the broker waits the requeue delay itself, as JetStream.
+    delays_requeue: bool,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -97,6 +99,9 @@ impl Broker for Memory {
     async fn requeue(&self, delivery: &Delivery) -> Result<(), SinkDown> {
         self.requeued.lock().unwrap().push(id(delivery));
         Ok(())
+    }
+    fn delays_requeue(&self) -> bool {
+        self.delays_requeue
     }
     async fn dead_letter(&self, _: &Delivery, letter: &DeadLetter) -> Result<(), SinkDown> {
         if self.refuse_dead_letters.load(Ordering::SeqCst) {
@@ -344,6 +349,27 @@ async fn a_message_held_elsewhere_is_handed_back_after_the_requeue_delay() {
     assert_eq!(started.elapsed(), Duration::from_millis(500));
     assert!(script.applied().is_empty());
     assert_eq!(*broker.requeued.lock().unwrap(), [Some("m-1".into())]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_broker_that_delays_requeues_itself_is_not_waited_for_twice() {
+    let script = Script::default();
+    let dedup = MemoryDedup::new();
+    let Begin::Fresh(_held) = dedup.begin("m-1", Duration::from_secs(300)).await.unwrap() else {
+        panic!("fresh id");
+    };
+    let consumer = Consumer::new(config(), script.handler()).with_dedup(dedup);
+    let mut broker = Memory::with(&[("m-1", "ok-1"), ("m-2", "ok-2")]);
+    broker.delays_requeue = true;
+    let started = Instant::now();
+
+    let summary = consumer.run(&mut broker).await.unwrap();
+
+    assert_eq!(summary.requeued, 1);
+    // The broker waits the 500 ms; the consumer goes on with m-2 at once.
+    assert_eq!(started.elapsed(), Duration::ZERO);
+    assert_eq!(*broker.requeued.lock().unwrap(), [Some("m-1".into())]);
+    assert_eq!(script.applied(), ["ok-2"]);
 }
 
 #[tokio::test(start_paused = true)]
