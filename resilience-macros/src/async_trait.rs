@@ -52,10 +52,9 @@ pub(crate) fn detect(item: &ItemFn) -> Option<AsyncTraitBody> {
     let stmts = &future.block.stmts;
     let position = stmts.iter().position(|stmt| ret_local(stmt).is_some())?;
     let (output, block) = ret_local(&stmts[position])?;
-    let self_by_reference = item.sig.inputs.iter().any(|input| {
-        matches!(input, FnArg::Receiver(receiver)
-            if receiver.reference.is_some() || matches!(*receiver.ty, Type::Reference(_)))
-    });
+    let self_by_reference = item.sig.inputs.iter().any(
+        |input| matches!(input, FnArg::Receiver(receiver) if crate::sig::by_reference(receiver)),
+    );
     let mut prelude = stmts[..position].to_vec();
     let mut per_attempt = Vec::new();
     for stmt in &mut prelude {

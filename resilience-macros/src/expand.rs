@@ -66,6 +66,9 @@ pub(crate) fn expand(plan: Plan<'_>) -> TokenStream {
     let ItemFn {
         attrs,
         vis,
+        // Only `default` (specialization), which `ItemFn` does not print
+        // either.
+        modifiers: _,
         sig,
         mut block,
     } = item;

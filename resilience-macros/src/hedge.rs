@@ -91,8 +91,7 @@ fn check(hedge: &HedgeArgs, item: &ItemFn, errors: &mut Errors) {
         }
     }
     if let Some(FnArg::Receiver(receiver)) = item.sig.inputs.first()
-        && receiver.reference.is_some()
-        && receiver.mutability.is_some()
+        && matches!(receiver.kind, syn::ReceiverKind::Reference(_, _, Some(_)))
     {
         errors.push(syn::Error::new_spanned(
                 receiver,
@@ -160,6 +159,7 @@ pub(crate) fn expand(tokens: TokenStream, input: TokenStream) -> TokenStream {
     let ItemFn {
         attrs,
         vis,
+        modifiers: _,
         sig,
         block,
     } = rewritten;

@@ -6,10 +6,34 @@ use proc_macro2::{Span, TokenStream, TokenTree};
 use quote::{format_ident, quote, quote_spanned};
 use syn::spanned::Spanned;
 use syn::visit_mut::VisitMut;
-use syn::{FnArg, GenericArgument, Pat, PathArguments, ReturnType, Signature, Type};
+use syn::{
+    FnArg, GenericArgument, Pat, PathArguments, Receiver, ReceiverKind, ReturnType, Signature, Type,
+};
 
 /// The name each attempt binds a by-value `self` to.
 pub(crate) const SELF_COPY: &str = "__resilience_self";
+
+/// Whether a method borrows its receiver: `&self`, `&mut self`,
+/// `self: &Self`.
+pub(crate) fn by_reference(receiver: &Receiver) -> bool {
+    match &receiver.kind {
+        ReceiverKind::Reference(..) => true,
+        ReceiverKind::Typed(_, ty) => matches!(**ty, Type::Reference(_)),
+        _ => false,
+    }
+}
+
+/// The receiver's type: `Self` for `self`, the written one for
+/// `self: Box<Self>`, `&Self` or `&mut Self` for a borrow.
+pub(crate) fn receiver_type(receiver: &Receiver) -> Type {
+    match &receiver.kind {
+        ReceiverKind::Typed(_, ty) => (**ty).clone(),
+        ReceiverKind::Reference(and, lifetime, mutability) => {
+            syn::parse_quote!(#and #lifetime #mutability Self)
+        }
+        _ => syn::parse_quote!(Self),
+    }
+}
 
 /// The parameters, as the expansion needs them.
 pub(crate) struct Params {
@@ -45,15 +69,14 @@ pub(crate) fn params(sig: &mut Signature, copies: bool) -> Params {
         match input {
             FnArg::Receiver(receiver) => {
                 params.forward.push(quote!(self));
-                let by_reference =
-                    receiver.reference.is_some() || matches!(*receiver.ty, Type::Reference(_));
+                let by_reference = by_reference(receiver);
                 if by_reference || !copies {
                     continue;
                 }
                 params.self_by_value = true;
                 let copy = format_ident!("{}", SELF_COPY);
                 let mutability = receiver.mutability.take();
-                let clone = clone_arg(&receiver.ty, quote!(self));
+                let clone = clone_arg(&receiver_type(receiver), quote!(self));
                 params
                     .per_attempt
                     .push(quote!(let #mutability #copy = #clone;));
