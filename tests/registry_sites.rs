@@ -13,6 +13,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use macros_common::{ClientError, Script};
 use resilience::breaker::State;
 use resilience::registry::{self, Registry, SiteConfig};
+use resilience::retry::Jitter;
 use resilience::{circuit_breaker, retry};
 
 #[circuit_breaker(name = "user", min = 2, ratio = 0.5, cooldown = "1s")]
@@ -54,6 +55,37 @@ async fn get_unnamed(script: &Script) -> Result<(), ClientError> {
 // section configures: an adaptive limit at Vegas's defaults.
 #[retry(name = "stock.level", limit = "inventory-api")]
 async fn get_stock_level(script: &Script) -> Result<(), ClientError> {
+    script.send().await
+}
+
+// Issue 32: the attribute names every jitter kind, as the file does.
+#[retry(name = "tx.commit", preset = "db_tx", idempotent)]
+async fn get_in_tx(script: &Script) -> Result<(), ClientError> {
+    script.send().await
+}
+
+#[retry(name = "feed.poll", jitter = "full")]
+async fn poll_feed(script: &Script) -> Result<(), ClientError> {
+    script.send().await
+}
+
+#[retry(name = "feed.fetch", jitter = "decorrelated", max_interval = "1s")]
+async fn fetch_feed(script: &Script) -> Result<(), ClientError> {
+    script.send().await
+}
+
+#[retry(
+    name = "feed.push",
+    preset = "db_tx",
+    jitter = "symmetric 0.3",
+    idempotent
+)]
+async fn push_feed(script: &Script) -> Result<(), ClientError> {
+    script.send().await
+}
+
+#[retry(name = "feed.tx", preset = "db_tx", jitter = 0.5, idempotent)]
+async fn feed_tx(script: &Script) -> Result<(), ClientError> {
     script.send().await
 }
 
@@ -394,6 +426,67 @@ async fn the_sites_run() {
     assert_eq!(combined(&Script::new(&[200])).await, Ok(()));
     assert_eq!(get_timed(&Script::new(&[200])).await, Ok(()));
     assert_eq!(get_stock_level(&Script::new(&[200])).await, Ok(()));
+    assert_eq!(get_in_tx(&Script::new(&[200])).await, Ok(()));
+    assert_eq!(poll_feed(&Script::new(&[200])).await, Ok(()));
+    assert_eq!(fetch_feed(&Script::new(&[200])).await, Ok(()));
+    assert_eq!(push_feed(&Script::new(&[200])).await, Ok(()));
+    assert_eq!(feed_tx(&Script::new(&[200])).await, Ok(()));
+}
+
+fn jitter_of(registry: &Registry, name: &str) -> Jitter {
+    match registry.sites().into_iter().find(|s| s.name == name) {
+        Some(site) => match site.config {
+            SiteConfig::Retry(policy) => policy.backoff().jitter(),
+            other => panic!("{other:?}"),
+        },
+        None => panic!("{name} is not listed"),
+    }
+}
+
+/// Issue 32: one jitter vocabulary in the attribute and the file. A bare
+/// number sets the amount of the site's kind, so a `db_tx` site's additive
+/// jitter stays additive under a file's `jitter = 0.3` (it silently became
+/// ±30 %); the file changes the kind only by naming it.
+#[test]
+fn jitter_kinds_are_named_alike_in_the_attribute_and_the_file() {
+    let registry = with("");
+    assert_eq!(jitter_of(&registry, "tx.commit"), Jitter::Additive(0.25));
+    assert_eq!(jitter_of(&registry, "feed.poll"), Jitter::Full);
+    assert_eq!(jitter_of(&registry, "feed.fetch"), Jitter::Decorrelated);
+    assert_eq!(jitter_of(&registry, "feed.push"), Jitter::Symmetric(0.3));
+    assert_eq!(jitter_of(&registry, "feed.tx"), Jitter::Additive(0.5));
+    assert_eq!(jitter_of(&registry, "user.get"), Jitter::Symmetric(0.25));
+
+    let registry = with(
+        "[retry.\"tx.commit\"]\njitter = 0.3\n\n[retry.\"user.get\"]\njitter = 0.3\n\n[retry.\"feed.poll\"]\njitter = \"decorrelated\"\n\n[retry.\"feed.fetch\"]\njitter = \"additive 0.4\"\n",
+    );
+    assert_eq!(
+        jitter_of(&registry, "tx.commit"),
+        Jitter::Additive(0.3),
+        "the db_tx site's additive jitter survives a bare number"
+    );
+    assert_eq!(jitter_of(&registry, "user.get"), Jitter::Symmetric(0.3));
+    assert_eq!(jitter_of(&registry, "feed.poll"), Jitter::Decorrelated);
+    assert_eq!(jitter_of(&registry, "feed.fetch"), Jitter::Additive(0.4));
+
+    let registry = with("[retry.\"tx.commit\"]\njitter = \"symmetric 0.3\"\n");
+    assert_eq!(jitter_of(&registry, "tx.commit"), Jitter::Symmetric(0.3));
+
+    // A bare number over `jitter = "full"`: nothing to set, refused when
+    // the registry is built, naming the section, the key and the value.
+    let err = Registry::builder()
+        .config_str("[retry.\"feed.poll\"]\njitter = 0.3\n", "config.toml")
+        .unwrap()
+        .build()
+        .unwrap_err();
+    assert!(
+        err.subject().starts_with(
+            "[retry.\"feed.poll\"] of `config.toml` over the values of `#[retry]` `feed.poll`"
+        ),
+        "{err}"
+    );
+    assert_eq!((err.field(), err.value()), ("jitter", "0.3"), "{err}");
+    assert!(err.reason().contains("\"full\""), "{err}");
 }
 
 /// Issue 28, item 8: each part was checked alone, the combination at the

@@ -42,7 +42,7 @@ pub(crate) struct RetryArgs {
     pub(crate) initial: Option<Arg<Duration>>,
     pub(crate) multiplier: Option<Arg<f64>>,
     pub(crate) max_interval: Option<Arg<Duration>>,
-    pub(crate) jitter: Option<Arg<f64>>,
+    pub(crate) jitter: Option<Arg<JitterArg>>,
     pub(crate) max_elapsed: Option<Arg<Duration>>,
     pub(crate) attempt_timeout: Option<Arg<Duration>>,
     pub(crate) preset: Option<Arg<RetryPreset>>,
@@ -81,6 +81,16 @@ pub(crate) struct BreakerArgs {
     pub(crate) limit: Option<Arg<String>>,
     /// The calls' priority in that limiter.
     pub(crate) priority: Option<Arg<LimitPriority>>,
+}
+
+/// `jitter = 0.3` or `jitter = "full"`, read by `resilience_rules::jitter`
+/// in `validate`.
+#[derive(Clone)]
+pub(crate) enum JitterArg {
+    /// A bare number: the amount of the preset's kind.
+    Amount(f64),
+    /// A string: a kind, with an optional amount.
+    Named(String),
 }
 
 /// `slow_call(threshold = "2s", ratio = 0.5)`.
@@ -227,7 +237,7 @@ pub(crate) fn parse_retry(tokens: TokenStream, errors: &mut Errors) -> RetryArgs
             "initial" => one(&mut args.initial, &meta, errors, duration_value),
             "multiplier" => one(&mut args.multiplier, &meta, errors, float),
             "max_interval" => one(&mut args.max_interval, &meta, errors, duration_value),
-            "jitter" => one(&mut args.jitter, &meta, errors, float),
+            "jitter" => one(&mut args.jitter, &meta, errors, jitter),
             "max_elapsed" => one(&mut args.max_elapsed, &meta, errors, elapsed_value),
             "attempt_timeout" => one(&mut args.attempt_timeout, &meta, errors, duration_value),
             "preset" => one(&mut args.preset, &meta, errors, |v| {
@@ -517,6 +527,18 @@ fn float(value: &Expr) -> syn::Result<f64> {
         }
     };
     parsed.map_err(|err| syn::Error::new_spanned(value, err))
+}
+
+fn jitter(value: &Expr) -> syn::Result<JitterArg> {
+    match literal(value) {
+        Some(Lit::Str(text)) => Ok(JitterArg::Named(text.value())),
+        Some(Lit::Float(_) | Lit::Int(_)) => float(value).map(JitterArg::Amount),
+        _ if is_negative(value) => float(value).map(JitterArg::Amount),
+        _ => Err(syn::Error::new_spanned(
+            value,
+            "`jitter` is an amount such as `0.3` (±30 %) or a kind as a string: \"symmetric\", \"additive\", \"full\", \"decorrelated\", with an optional amount for the first two (`\"additive 0.3\"`)",
+        )),
+    }
 }
 
 pub(crate) fn duration_value(value: &Expr) -> syn::Result<Duration> {

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use proc_macro2::{Literal, Span, TokenStream, TokenTree};
 use quote::{quote, quote_spanned};
+use resilience_rules::jitter::Kind;
 use syn::ItemFn;
 use syn::visit_mut::VisitMut;
 
@@ -443,11 +444,15 @@ fn policy(args: &RetryArgs) -> TokenStream {
         let max_interval = duration(max_interval.get());
         builder.extend(quote!(.with_max_interval(#max_interval)));
     }
-    if let Some(jitter) = &args.jitter {
-        let factor = Literal::f64_suffixed(jitter.get());
-        let jitter = match preset {
-            RetryPreset::DbTx => quote!(::resilience::retry::Jitter::Additive(#factor)),
-            _ => quote!(::resilience::retry::Jitter::Symmetric(#factor)),
+    if let Some(arg) = &args.jitter
+        && let Ok((kind, amount)) = crate::validate::jitter(&arg.value, preset)
+    {
+        let amount = Literal::f64_suffixed(amount);
+        let jitter = match kind {
+            Kind::Symmetric => quote!(::resilience::retry::Jitter::Symmetric(#amount)),
+            Kind::Additive => quote!(::resilience::retry::Jitter::Additive(#amount)),
+            Kind::Full => quote!(::resilience::retry::Jitter::Full),
+            Kind::Decorrelated => quote!(::resilience::retry::Jitter::Decorrelated),
         };
         builder.extend(quote!(.with_jitter(#jitter)));
     }

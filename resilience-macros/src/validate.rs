@@ -11,7 +11,9 @@ use resilience_rules::limits::{
     MIN_BREAKER_TIMEOUT, MIN_IDLE, MIN_JITTER, MIN_WINDOW,
 };
 
-use crate::args::{BreakerArgs, BreakerPreset, RetryArgs, RetryPreset};
+use resilience_rules::jitter::{self as rules_jitter, JitterError, Kind};
+
+use crate::args::{BreakerArgs, BreakerPreset, JitterArg, RetryArgs, RetryPreset};
 use crate::duration::display;
 use crate::errors::Errors;
 
@@ -40,6 +42,61 @@ fn retry_defaults(preset: RetryPreset) -> RetryDefaults {
             max_interval: Duration::from_secs(1),
             max_elapsed: Duration::from_secs(5),
         },
+    }
+}
+
+/// The jitter `jitter = …` gives under `preset`: a bare number is the
+/// amount of the preset's own kind (additive for `db_tx`, symmetric
+/// otherwise), a string names the kind (`resilience_rules::jitter`).
+pub(crate) fn jitter(arg: &JitterArg, preset: RetryPreset) -> Result<(Kind, f64), JitterError> {
+    let (kind, amount) = match arg {
+        JitterArg::Amount(amount) => {
+            let kind = match preset {
+                RetryPreset::DbTx => Kind::Additive,
+                RetryPreset::Http | RetryPreset::Background => Kind::Symmetric,
+            };
+            rules_jitter::amount_of(kind, *amount)?
+        }
+        JitterArg::Named(text) => rules_jitter::parse(text)?,
+    };
+    Ok((kind, amount.unwrap_or(rules_jitter::DEFAULT_AMOUNT)))
+}
+
+fn jitter_message(arg: &JitterArg, err: JitterError) -> String {
+    let written = match arg {
+        JitterArg::Amount(amount) => amount.to_string(),
+        JitterArg::Named(text) => format!("{text:?}"),
+    };
+    const KINDS: &str = "\"symmetric\", \"additive\", \"full\" or \"decorrelated\"";
+    match err {
+        JitterError::BelowMin => format!(
+            "`jitter = {written}` is below {MIN_JITTER:?}: clients that failed together would retry together, in waves that keep the dependency down (thundering herd)\n  = help: use a jitter between {MIN_JITTER:?} and {MAX_JITTER:?}; the default is 0.25, i.e. ±25 %"
+        ),
+        JitterError::AboveMax => format!(
+            "`jitter = {written}` is above {MAX_JITTER:?}: the jitter is a fraction of the pause (0.25 means ±25 %)\n  = help: use a jitter between {MIN_JITTER:?} and {MAX_JITTER:?}"
+        ),
+        JitterError::Disabled => format!(
+            "`jitter = {written}` would retry without jitter: clients that failed together would retry together, in waves that keep the dependency down (thundering herd); every retry is jittered\n  = help: remove `jitter` (the default is ±25 %), or choose a kind: {KINDS}"
+        ),
+        JitterError::Unknown { near } => {
+            let help = match near {
+                Some(near) => format!("did you mean `jitter = \"{near}\"`?"),
+                None => "`symmetric` and `additive` take an optional amount after a space, e.g. `jitter = \"additive 0.3\"`".to_owned(),
+            };
+            format!(
+                "unknown jitter {written}: a jitter is an amount such as `0.3` or a kind, {KINDS}\n  = help: {help}"
+            )
+        }
+        JitterError::NoAmount(kind) => {
+            format!(
+                "`jitter = {written}`: a \"{}\" jitter has no amount: it draws the whole pause at random\n  = help: write `jitter = \"{}\"`, or `jitter = \"symmetric 0.3\"` for ±30 %",
+                kind.as_str(),
+                kind.as_str()
+            )
+        }
+        JitterError::NotANumber => format!(
+            "`jitter = {written}`: the amount after the kind is not a number\n  = help: write a number between {MIN_JITTER:?} and {MAX_JITTER:?} after the kind, e.g. `jitter = \"additive 0.3\"`"
+        ),
     }
 }
 
@@ -89,17 +146,10 @@ pub(crate) fn retry(args: &RetryArgs, errors: &mut Errors) {
             )));
         }
     }
-    if let Some(jitter) = &args.jitter {
-        let value = jitter.get();
-        if value < MIN_JITTER {
-            errors.push(jitter.error(format!(
-                "`jitter = {value}` is below {MIN_JITTER:?}: clients that failed together would retry together, in waves that keep the dependency down (thundering herd)\n  = help: use a jitter between {MIN_JITTER:?} and {MAX_JITTER:?}; the default is 0.25, i.e. ±25 %"
-            )));
-        } else if value > MAX_JITTER {
-            errors.push(jitter.error(format!(
-                "`jitter = {value}` is above {MAX_JITTER:?}: the jitter is a fraction of the pause (0.25 means ±25 %)\n  = help: use a jitter between {MIN_JITTER:?} and {MAX_JITTER:?}"
-            )));
-        }
+    if let Some(arg) = &args.jitter
+        && let Err(err) = jitter(&arg.value, preset)
+    {
+        errors.push(arg.error(jitter_message(&arg.value, err)));
     }
     if let Some(max_elapsed) = &args.max_elapsed
         && max_elapsed.get().is_zero()

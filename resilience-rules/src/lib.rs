@@ -5,6 +5,7 @@
 //! - [`duration`]: the duration grammar (`"100ms"`, `"1.5s"`), read
 //!   exactly, and its shortest printed form;
 //! - [`limits`]: the bounds on attempts, jitter, breakers and families;
+//! - [`jitter`]: the jitter vocabulary (`0.3`, `"full"`, `"additive 0.3"`);
 //! - [`suggest`]: "did you mean" for near misses;
 //! - [`idempotency`]: which HTTP methods and which fn names may be sent
 //!   twice.
@@ -19,5 +20,6 @@
 
 pub mod duration;
 pub mod idempotency;
+pub mod jitter;
 pub mod limits;
 pub mod suggest;

@@ -9,7 +9,8 @@ use serde::Deserialize;
 use crate::breaker::{BreakerConfig, FamilyConfig, Sharing};
 use crate::error::ConfigError;
 use crate::limit::{LimitConfig, ThrottleConfig, VegasConfig};
-use crate::retry::{BudgetConfig, Jitter, PolicyBuilder};
+use crate::retry::{BudgetConfig, Jitter, MIN_JITTER, PolicyBuilder};
+use resilience_rules::limits::MAX_JITTER;
 
 /// A parsed and checked config file.
 #[derive(Debug, Default)]
@@ -239,7 +240,8 @@ struct RetrySection {
     initial: Option<String>,
     multiplier: Option<f64>,
     max_interval: Option<String>,
-    jitter: Option<f64>,
+    /// A number or a string, read by [`jitter`].
+    jitter: Option<toml::Value>,
     max_elapsed: Option<String>,
     attempt_timeout: Option<String>,
     max_retry_after: Option<String>,
@@ -431,11 +433,23 @@ impl FileConfig {
         }
     }
 
-    /// `[retry.<name>]` over `base`.
+    /// `[retry.<name>]` over `base`; `base` when they do not combine
+    /// (reported by [`try_policy`](Self::try_policy) when the registry is
+    /// built).
     pub(super) fn policy(&self, name: &str, base: PolicyBuilder) -> PolicyBuilder {
+        self.try_policy(name, base).unwrap_or(base)
+    }
+
+    /// `[retry.<name>]` over `base`, or why a value of the section does
+    /// not apply to it (a bare `jitter = 0.3` over a `Full` jitter).
+    pub(super) fn try_policy(
+        &self,
+        name: &str,
+        base: PolicyBuilder,
+    ) -> Result<PolicyBuilder, ConfigError> {
         match self.retry.get(name) {
-            Some(section) => section.apply(base).unwrap_or(base),
-            None => base,
+            Some(section) => section.apply(base),
+            None => Ok(base),
         }
     }
 }
@@ -562,8 +576,8 @@ impl RetrySection {
         if let Some(max_interval) = &self.max_interval {
             b = b.with_max_interval(duration("max_interval", max_interval)?);
         }
-        if let Some(jitter) = self.jitter {
-            b = b.with_jitter(Jitter::Symmetric(jitter));
+        if let Some(value) = &self.jitter {
+            b = b.with_jitter(jitter(value, b.jitter())?);
         }
         if let Some(max_elapsed) = &self.max_elapsed {
             b = b.with_max_elapsed(duration("max_elapsed", max_elapsed)?);
@@ -576,6 +590,78 @@ impl RetrySection {
         }
         Ok(b)
     }
+}
+
+/// Reads `jitter = …` over a site whose jitter is `site`, by the
+/// attribute's vocabulary (`resilience_rules::jitter`): a bare number sets
+/// the amount of the site's own kind (±30 % for a proportional jitter, up
+/// to +30 % for `db_tx`'s additive one), never its kind, and is refused
+/// over `Full` and `Decorrelated`, which have none; a string names the
+/// kind: `"symmetric"`, `"additive"` (each with an optional amount,
+/// `"additive 0.3"`), `"full"`, `"decorrelated"`.
+fn jitter(value: &toml::Value, site: Jitter) -> Result<Jitter, ConfigError> {
+    use resilience_rules::jitter::{self as rules, JitterError, Kind};
+    let site_kind = match site {
+        Jitter::Symmetric(_) => Kind::Symmetric,
+        Jitter::Additive(_) => Kind::Additive,
+        Jitter::Full => Kind::Full,
+        Jitter::Decorrelated => Kind::Decorrelated,
+    };
+    const KINDS: &str = "\"symmetric\", \"additive\", \"full\" or \"decorrelated\"";
+    let read = match value {
+        toml::Value::Float(f) => rules::amount_of(site_kind, *f),
+        // `jitter = 0` or `1`: TOML integers are numbers too.
+        #[allow(clippy::cast_precision_loss)]
+        toml::Value::Integer(i) => rules::amount_of(site_kind, *i as f64),
+        toml::Value::String(text) => rules::parse(text),
+        other => {
+            return Err(ConfigError::new(
+                "",
+                "jitter",
+                show(other),
+                format!("a jitter is an amount such as 0.3 (±30 %) or a kind as a string: {KINDS}"),
+            ));
+        }
+    };
+    let reason = match read {
+        Ok((kind, amount)) => {
+            let amount = amount.unwrap_or(rules::DEFAULT_AMOUNT);
+            return Ok(match kind {
+                Kind::Symmetric => Jitter::Symmetric(amount),
+                Kind::Additive => Jitter::Additive(amount),
+                Kind::Full => Jitter::Full,
+                Kind::Decorrelated => Jitter::Decorrelated,
+            });
+        }
+        Err(JitterError::BelowMin) => format!(
+            "jitter must be between {MIN_JITTER:?} and {MAX_JITTER:?}: below 10 % clients that failed together retry together (thundering herd); 0.25 is the default"
+        ),
+        Err(JitterError::AboveMax) => format!(
+            "jitter must be between {MIN_JITTER:?} and {MAX_JITTER:?}: it is a fraction of the pause (0.25 means ±25 %)"
+        ),
+        Err(JitterError::Disabled) => format!(
+            "a retry without jitter is refused: clients that failed together retry together (thundering herd); remove the key (the default is ±25 %) or name a kind: {KINDS}"
+        ),
+        Err(JitterError::Unknown { near }) => {
+            let hint = near.map_or(String::new(), |near| format!("; did you mean \"{near}\"?"));
+            format!(
+                "unknown jitter: write an amount such as 0.3, or a kind: {KINDS}; \"symmetric\" and \"additive\" take an optional amount after a space, e.g. \"additive 0.3\"{hint}"
+            )
+        }
+        Err(JitterError::NoAmount(kind)) if !matches!(value, toml::Value::String(_)) => format!(
+            "a bare number sets the amount of the site's jitter and never its kind, and this site's jitter is \"{0}\", which has no amount; write `jitter = \"{0}\"`, or name the kind to change it, e.g. `jitter = \"symmetric {1}\"`",
+            kind.as_str(),
+            show(value)
+        ),
+        Err(JitterError::NoAmount(kind)) => format!(
+            "a \"{0}\" jitter has no amount, it draws the whole pause at random; write `jitter = \"{0}\"`, or `jitter = \"symmetric 0.3\"` for ±30 %",
+            kind.as_str()
+        ),
+        Err(JitterError::NotANumber) => format!(
+            "the amount after the kind is not a number; write one between {MIN_JITTER:?} and {MAX_JITTER:?}, e.g. \"additive 0.3\""
+        ),
+    };
+    Err(ConfigError::new("", "jitter", show(value), reason))
 }
 
 /// Parses `"250ms"`, `"1.5s"`, `"2m"`: a number and one of the units `ns`,

@@ -40,7 +40,9 @@
 //! initial = "100ms"
 //! multiplier = 2.0
 //! max_interval = "2s"
-//! jitter = 0.25
+//! jitter = 0.25              # the amount of the site's kind (±25 %), or a
+//!                             # kind: "symmetric 0.3", "additive 0.3",
+//!                             # "full", "decorrelated"
 //! max_elapsed = "5s"
 //! attempt_timeout = "800ms"
 //! max_retry_after = "60s"     # the longest `Retry-After` pause honoured
@@ -53,6 +55,15 @@
 //!
 //! The keys are the attributes' arguments, with the same meaning: a
 //! setting moves from the code to the file unchanged.
+//!
+//! `jitter` reads the attribute's vocabulary (`#[retry]`'s "Jitter"
+//! section). A bare number sets the amount of the site's own kind and never
+//! changes the kind: `jitter = 0.3` over a `preset = "db_tx"` site keeps its
+//! additive jitter (`Jitter::Additive(0.3)`, up to +30 %), over an HTTP
+//! site it is ±30 %, and over a site whose jitter is `Full` or
+//! `Decorrelated` (no amount) it is an error when the registry is built.
+//! To change the kind, name it: `jitter = "symmetric 0.3"`, `"full"`.
+//! An amount is between 0.1 and 1.0; `0` and `"none"` are refused.
 //!
 //! Unknown keys, wrong types and out-of-range values are errors naming the
 //! file, the key and the value; nothing falls back to a default silently.
@@ -947,7 +958,11 @@ impl Registry {
         policies.sort_by(|a, b| a.0.cmp(&b.0));
         policies.dedup_by(|a, b| a.0 == b.0);
         for (name, base, over) in policies {
-            if let Err(err) = self.file.policy(&name, base).build() {
+            if let Err(err) = self
+                .file
+                .try_policy(&name, base)
+                .and_then(PolicyBuilder::build)
+            {
                 report("retry", &name, over, err);
             }
         }

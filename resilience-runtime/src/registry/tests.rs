@@ -3,6 +3,7 @@ use std::time::Duration;
 
 use super::*;
 use crate::breaker::Window;
+use crate::retry::Jitter;
 
 const FILE: &str = r#"
 service = "checkout"
@@ -503,5 +504,92 @@ fn a_family_given_in_code_is_checked_at_build() {
     assert!(
         err.to_string().contains("breaker family `payments`"),
         "{err}"
+    );
+}
+
+/// Issue 32: the file reads the attribute's jitter vocabulary, and a bare
+/// number sets the amount of the site's kind, never the kind: a `db_tx`
+/// site stays additive under `jitter = 0.3` (it became ±30 % before).
+#[test]
+fn the_file_names_every_jitter_kind_and_a_bare_number_keeps_the_sites() {
+    let jitter = |value: &str, base: PolicyBuilder| {
+        Registry::builder()
+            .config_str(&format!("[retry.x]\njitter = {value}\n"), "app.toml")
+            .unwrap()
+            .build()
+            .unwrap()
+            .policy("x", base)
+            .backoff()
+            .jitter()
+    };
+    let http = PolicyBuilder::http();
+    let db_tx = PolicyBuilder::db_tx();
+    assert_eq!(jitter("0.3", http), Jitter::Symmetric(0.3));
+    assert_eq!(jitter("0.3", db_tx), Jitter::Additive(0.3));
+    assert_eq!(jitter("1", db_tx), Jitter::Additive(1.0));
+    assert_eq!(jitter("\"symmetric\"", db_tx), Jitter::Symmetric(0.25));
+    assert_eq!(jitter("\"symmetric 0.3\"", db_tx), Jitter::Symmetric(0.3));
+    assert_eq!(jitter("\"additive\"", http), Jitter::Additive(0.25));
+    assert_eq!(jitter("\"additive 0.5\"", http), Jitter::Additive(0.5));
+    assert_eq!(jitter("\"full\"", db_tx), Jitter::Full);
+    assert_eq!(jitter("\"decorrelated\"", http), Jitter::Decorrelated);
+    let full = PolicyBuilder::http().with_jitter(Jitter::Full);
+    assert_eq!(jitter("\"full\"", full), Jitter::Full);
+    assert_eq!(jitter("\"symmetric 0.3\"", full), Jitter::Symmetric(0.3));
+}
+
+#[test]
+fn a_bad_jitter_in_the_file_names_the_key_the_value_and_the_fix() {
+    for (value, shown, says) in [
+        ("0.05", "0.05", "between 0.1 and 1.0"),
+        ("0", "0", "between 0.1 and 1.0"),
+        ("1.5", "1.5", "between 0.1 and 1.0"),
+        ("\"none\"", "\"none\"", "without jitter is refused"),
+        ("\"ful\"", "\"ful\"", "did you mean \"full\"?"),
+        ("\"full 0.3\"", "\"full 0.3\"", "has no amount"),
+        ("\"additive lots\"", "\"additive lots\"", "not a number"),
+        (
+            "\"additive 0.05\"",
+            "\"additive 0.05\"",
+            "between 0.1 and 1.0",
+        ),
+        ("true", "true", "an amount such as 0.3"),
+    ] {
+        let err = file_error(&format!("[retry.user]\njitter = {value}\n"));
+        assert_eq!(
+            err.subject(),
+            "`[retry.user]` in `app.toml` line 2",
+            "{err}"
+        );
+        assert_eq!((err.field(), err.value()), ("jitter", shown), "{err}");
+        assert!(err.reason().contains(says), "{value}: {err}");
+    }
+    // A bare number over a policy whose kind has no amount: refused when
+    // the section meets the policy's values, never turned into ±30 %.
+    let decorrelated = Policy::builder()
+        .with_jitter(Jitter::Decorrelated)
+        .build()
+        .unwrap();
+    let err = Registry::builder()
+        .policy("x", decorrelated)
+        .config_str("[retry.x]\njitter = 0.3\n", "app.toml")
+        .unwrap()
+        .build()
+        .unwrap_err();
+    assert_eq!(err.errors().count(), 1, "{err}");
+    assert_eq!((err.field(), err.value()), ("jitter", "0.3"), "{err}");
+    assert!(err.reason().contains("never its kind"), "{err}");
+    assert!(err.reason().contains("\"decorrelated\""), "{err}");
+    let r = Registry::builder()
+        .config_str("[retry.x]\njitter = 0.3\n", "app.toml")
+        .unwrap()
+        .build()
+        .unwrap();
+    assert_eq!(
+        r.policy("x", PolicyBuilder::http().with_jitter(Jitter::Full))
+            .backoff()
+            .jitter(),
+        Jitter::Full,
+        "the code's values, as for every section that combines badly"
     );
 }

@@ -334,6 +334,12 @@ impl PolicyBuilder {
         self
     }
 
+    /// The randomization set so far: a config file's bare `jitter = 0.3`
+    /// keeps its kind.
+    pub(crate) const fn jitter(&self) -> Jitter {
+        self.backoff.jitter()
+    }
+
     /// Checks every rule and returns the policy, or the first broken rule
     /// naming the field and its value.
     pub fn build(self) -> Result<Policy, ConfigError> {
