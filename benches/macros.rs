@@ -3,7 +3,8 @@
 //! first attempt succeeds against the bare fn. `#[circuit_breaker]` alone
 //! must stay below both attributes stacked, in time and in instructions
 //! (issue 20 reported it slower): filter on `'#\[circuit_breaker\]'` to
-//! compare the two in one run.
+//! compare the two in one run. The peer, backon, runs around the same
+//! body (`get_user_backon`).
 //!
 //! `cargo bench --bench macros -- --warm-up-time 1 --measurement-time 3`
 //!
@@ -107,6 +108,15 @@ async fn get_user_by_hand(id: u64) -> Result<u64, Error> {
         .await
 }
 
+// The peer: backon around the same body, as its README writes it.
+#[inline(never)]
+async fn get_user_backon(id: u64) -> Result<u64, Error> {
+    use backon::Retryable;
+    (|| async move { ready(Ok(black_box(id) + 1)).await })
+        .retry(backon::ExponentialBuilder::default().with_jitter())
+        .await
+}
+
 // The same, drawing on a retry budget: one deposit per call, on this
 // thread's stripe.
 #[inline(never)]
@@ -188,6 +198,9 @@ fn retry_success_path(c: &mut Criterion) {
     });
     group.bench_function("#[retry]", |b| {
         b.iter(|| poll_once(get_user_retried(black_box(7))))
+    });
+    group.bench_function("backon (peer, same body)", |b| {
+        b.iter(|| poll_once(get_user_backon(black_box(7))))
     });
     group.bench_function("breaker by hand (CircuitBreaker::call)", |b| {
         b.iter(|| poll_once(get_user_breaker_by_hand(black_box(7))))
