@@ -72,7 +72,7 @@ impl Lease {
     /// A lease with a fresh random token.
     pub fn new() -> Self {
         let mut token = [0u8; 16];
-        rand::rng().fill_bytes(&mut token);
+        crate::retry::thread_rng(|rng| rng.fill_bytes(&mut token));
         Self(u128::from_be_bytes(token))
     }
 

@@ -76,10 +76,16 @@ pub struct IdempotencyKey(Arc<str>);
 
 impl IdempotencyKey {
     /// A fresh random key: 128 bits (122 random, as a version-4 UUID) from
-    /// the thread's cryptographically secure generator.
+    /// the operating system's generator, so that no one can guess another
+    /// caller's key.
     pub fn new() -> Self {
+        use rand::TryRngCore;
         let mut bytes = [0u8; 16];
-        rand::rng().fill_bytes(&mut bytes);
+        if rand::rngs::OsRng.try_fill_bytes(&mut bytes).is_err() {
+            // Never seen on a supported platform: the thread's generator,
+            // itself seeded from the OS when it could be.
+            crate::retry::thread_rng(|rng| rng.fill_bytes(&mut bytes));
+        }
         bytes[6] = (bytes[6] & 0x0f) | 0x40;
         bytes[8] = (bytes[8] & 0x3f) | 0x80;
         let mut text = String::with_capacity(36);

@@ -229,7 +229,8 @@ impl Throttle {
     /// [`Overloaded`] when the call is rejected locally.
     pub fn try_acquire(&self, priority: Priority) -> Result<ThrottleTicket<'_>, Overloaded> {
         use rand::Rng;
-        self.try_acquire_with(priority, rand::rng().random::<f64>())
+        let draw = crate::retry::thread_rng(|rng| rng.random::<f64>());
+        self.try_acquire_with(priority, draw)
     }
 
     /// [`try_acquire`](Self::try_acquire) with the uniform draw in [0, 1)

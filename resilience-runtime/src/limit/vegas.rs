@@ -290,7 +290,7 @@ impl Vegas {
 /// The probe's jitter, drawn in [0.5, 1).
 fn jitter() -> f64 {
     use rand::Rng;
-    rand::rng().random_range(0.5..1.0)
+    crate::retry::thread_rng(|rng| rng.random_range(0.5..1.0))
 }
 
 /// Netflix's `updateEstimatedLimit`: the next estimate, or `None` when it

@@ -274,16 +274,42 @@ impl<E, A: Notify<E>, B: Notify<E>> Notify<E> for (A, B) {
     }
 }
 
-/// The default random source for jitter: the thread's generator
-/// ([`rand::rng`]), asked only when a pause is drawn, or the seeded one of
-/// [`seed_jitter`] while its guard lives. Zero-sized, so a chain carries
-/// no generator and a call whose first attempt succeeds never touches one.
+/// The default random source for jitter: the thread's generator (a
+/// `SmallRng` seeded from the operating system once per thread: a pause
+/// needs spreading, not secrecy), asked only when a pause is drawn, or the
+/// seeded one of [`seed_jitter`] while its guard lives. Zero-sized, so a
+/// chain carries no generator and a call whose first attempt succeeds
+/// never touches one.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct DefaultRng;
 
 thread_local! {
     static SEEDED: std::cell::RefCell<Option<rand::rngs::SmallRng>> =
         const { std::cell::RefCell::new(None) };
+    static THREAD: std::cell::RefCell<Option<rand::rngs::SmallRng>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// Draws from the thread's own generator, never from a test's
+/// [`seed_jitter`]: for jitter outside a chain and for tokens that must
+/// differ between threads. Not for secrets: an idempotency key comes from
+/// the operating system's generator.
+pub(crate) fn thread_rng<T>(draw: impl FnOnce(&mut rand::rngs::SmallRng) -> T) -> T {
+    THREAD.with_borrow_mut(|rng| draw(rng.get_or_insert_with(os_seeded)))
+}
+
+/// A generator seeded from the operating system or, should it fail (never
+/// seen on a supported platform), from the clock and the thread's stack
+/// address, which still spreads the pauses of different threads.
+fn os_seeded() -> rand::rngs::SmallRng {
+    use rand::SeedableRng;
+    rand::rngs::SmallRng::try_from_os_rng().unwrap_or_else(|_| {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |since| since.as_nanos() as u64);
+        let here = std::ptr::addr_of!(nanos) as usize as u64;
+        rand::rngs::SmallRng::seed_from_u64(nanos ^ here.rotate_left(32))
+    })
 }
 
 impl DefaultRng {
@@ -296,7 +322,7 @@ impl DefaultRng {
         });
         match seeded {
             Some(value) => value,
-            None => (draw.take().expect("drawn once"))(&mut rand::rng()),
+            None => thread_rng(|rng| (draw.take().expect("drawn once"))(rng)),
         }
     }
 }

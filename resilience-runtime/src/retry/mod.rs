@@ -69,6 +69,7 @@ pub use budget::{Budget, BudgetConfig};
 pub use classify::{
     AsHttpStatus, Classify, FromRuntimeError, HttpStatus, Outcome, Reason, SqlState, Verdict,
 };
+pub(crate) use executor::thread_rng;
 pub use executor::{
     ByClassify, DefaultRng, Event, GiveUp, KeepLast, Notify, Quiet, Retry, SeededJitter, When,
     seed_jitter,

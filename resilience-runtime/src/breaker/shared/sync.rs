@@ -138,7 +138,7 @@ struct Reply {
 impl Engine {
     fn new(sent: Counts) -> Engine {
         Engine {
-            id: format!("{:016x}", rand::random::<u64>()),
+            id: format!("{:016x}", crate::retry::thread_rng(rand::RngCore::next_u64)),
             connection: None,
             sent,
             answered: Instant::now(),

@@ -117,7 +117,7 @@ impl Lease {
     /// A new lease with a random 128-bit token.
     pub fn new(fingerprint: Fingerprint) -> Self {
         let mut token = [0u8; 16];
-        rand::rng().fill_bytes(&mut token);
+        crate::retry::thread_rng(|rng| rng.fill_bytes(&mut token));
         Self::from_parts(u128::from_be_bytes(token), fingerprint)
     }
 
