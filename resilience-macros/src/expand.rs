@@ -294,14 +294,15 @@ pub(crate) fn expand(plan: Plan<'_>) -> TokenStream {
                     ::resilience::__private::settle_or_fallback(&__RESILIENCE_BREAKER, __resilience_permit, __resilience_result)
                 };
                 // A fallback that does not take the error last is reported
-                // at its path, the callee's span. The arguments are located
-                // at the attribute: at the parameters' own spans rustc
-                // suggests a "fix" that deletes part of the signature.
+                // at its path, the callee's span, by `FallbackFn`'s
+                // message. The arguments are located at the attribute: at
+                // the parameters' own spans rustc suggests a "fix" that
+                // deletes part of the signature.
                 let forward = forward
                     .iter()
                     .map(|arg| respan(arg.clone(), Span::call_site()));
-                let call = quote! {
-                    #fallback(#(#forward,)* __resilience_error)
+                let call = quote_spanned! {syn::spanned::Spanned::span(fallback)=>
+                    ::resilience::__private::fallback(__resilience_error, #fallback, (#(#forward,)*))
                 };
                 quote! {
                     #site

@@ -11,6 +11,70 @@ use crate::retry::{Classify, FromRuntimeError, Outcome};
 use crate::telemetry::{self, Fallback, Labels};
 use crate::{DependencyDown, Error};
 
+/// A fn that answers for a call: `fallback = f` calls `f(arguments…,
+/// error)`, the protected fn's arguments (`self` first for a method) and
+/// then the error the call ended with. The expansion calls the fallback
+/// through this trait so that a fallback of the wrong shape (most often one
+/// missing the error parameter) is reported at its path with the rule and
+/// the fix, not only as rustc's "takes 1 argument but 2 were supplied".
+/// Implemented for fns of up to 16 arguments before the error.
+#[diagnostic::on_unimplemented(
+    message = "this fn cannot be the `fallback`: a fallback is called with the protected fn's arguments and then the error the call ended with, `{E}`",
+    label = "called as `fallback(arguments…, error)`",
+    note = "add the error as the fallback's last parameter, `error: {E}`: the fallback of `async fn get_user(id: u64) -> Result<User, {E}>` is `async fn cached_user(id: u64, error: {E}) -> Result<User, {E}>`",
+    note = "its other parameters are the protected fn's own, in its order (`self` first for a method); the error is the last attempt's, or `{E}::from(resilience::Error::DependencyDown(..))` when the breaker rejected the call"
+)]
+pub trait FallbackFn<Args, E> {
+    /// What the fallback returns: a future of the fn's own `Result<T, E>`.
+    type Answer;
+    /// Calls the fallback with `args` and then `error`.
+    fn answer(self, args: Args, error: E) -> Self::Answer;
+}
+
+macro_rules! fallback_fn {
+    ($($arg:ident)*) => {
+        impl<F, R, E, $($arg,)*> FallbackFn<($($arg,)*), E> for F
+        where
+            F: FnOnce($($arg,)* E) -> R,
+        {
+            type Answer = R;
+            #[allow(non_snake_case)]
+            fn answer(self, ($($arg,)*): ($($arg,)*), error: E) -> R {
+                self($($arg,)* error)
+            }
+        }
+    };
+}
+
+fallback_fn!();
+fallback_fn!(A1);
+fallback_fn!(A1 A2);
+fallback_fn!(A1 A2 A3);
+fallback_fn!(A1 A2 A3 A4);
+fallback_fn!(A1 A2 A3 A4 A5);
+fallback_fn!(A1 A2 A3 A4 A5 A6);
+fallback_fn!(A1 A2 A3 A4 A5 A6 A7);
+fallback_fn!(A1 A2 A3 A4 A5 A6 A7 A8);
+fallback_fn!(A1 A2 A3 A4 A5 A6 A7 A8 A9);
+fallback_fn!(A1 A2 A3 A4 A5 A6 A7 A8 A9 A10);
+fallback_fn!(A1 A2 A3 A4 A5 A6 A7 A8 A9 A10 A11);
+fallback_fn!(A1 A2 A3 A4 A5 A6 A7 A8 A9 A10 A11 A12);
+fallback_fn!(A1 A2 A3 A4 A5 A6 A7 A8 A9 A10 A11 A12 A13);
+fallback_fn!(A1 A2 A3 A4 A5 A6 A7 A8 A9 A10 A11 A12 A13 A14);
+fallback_fn!(A1 A2 A3 A4 A5 A6 A7 A8 A9 A10 A11 A12 A13 A14 A15);
+fallback_fn!(A1 A2 A3 A4 A5 A6 A7 A8 A9 A10 A11 A12 A13 A14 A15 A16);
+
+/// Calls `fallback` with `args` and then `error`. The error comes first
+/// so that its type is known when the fallback's shape is checked: a
+/// fallback missing the error is then no fn of fewer arguments whose last
+/// happens to be `E`, and [`FallbackFn`]'s message names the rule.
+pub fn fallback<F, Args, E>(error: E, fallback: F, args: Args) -> F::Answer
+where
+    F: FallbackFn<Args, E>,
+{
+    fallback.answer(args, error)
+}
+
 /// What a call with a fallback came to.
 #[derive(Debug)]
 pub enum Answer<T, E> {

@@ -38,7 +38,9 @@ pub use self::breaker::{
     reject, settle,
 };
 pub use self::classify::transient_after;
-pub use self::fallback::{Answer, FallbackKind, fell_back, rejected, settle_or_fallback};
+pub use self::fallback::{
+    Answer, FallbackFn, FallbackKind, fallback, fell_back, rejected, settle_or_fallback,
+};
 pub use self::hedge::{HedgeSite, hedge};
 pub use self::limit::{LimitSite, limited};
 pub use self::probe::{
