@@ -253,9 +253,9 @@ impl FileConfig {
         let mut errors = Vec::new();
         let section = |name: String| format!("`{name}` in `{origin}`");
         // A schema error names its key: the subject gets the key's line.
-        let at_line = |err: ConfigError, header: &str, table: &str, name: &str| {
-            err.into_all()
-                .into_iter()
+        let at_line = |err: Option<ConfigError>, header: &str, table: &str, name: &str| {
+            err.into_iter()
+                .flat_map(ConfigError::into_all)
                 .map(|err| {
                     let subject = match key_line(text, table, name, err.field()) {
                         Some(line) => format!("`{header}` in `{origin}` line {line}"),
@@ -268,10 +268,7 @@ impl FileConfig {
         // Check every section now, so that a broken file fails at startup,
         // with all of its mistakes.
         let (mut defaults, bad) = read_section::<BreakerSection>(raw.defaults);
-        errors.extend(
-            bad.into_iter()
-                .flat_map(|err| at_line(err, "[defaults]", "defaults", "")),
-        );
+        errors.extend(at_line(bad, "[defaults]", "defaults", ""));
         defaults.leak_url();
         let base = match defaults
             .apply(BreakerConfig::new())
@@ -279,7 +276,7 @@ impl FileConfig {
         {
             Ok(base) => base,
             Err(err) => {
-                errors.extend(at_line(err, "[defaults]", "defaults", ""));
+                errors.extend(at_line(Some(err), "[defaults]", "defaults", ""));
                 BreakerConfig::new()
             }
         };
@@ -287,19 +284,16 @@ impl FileConfig {
         for (name, value) in raw.breakers {
             let header = format!("[breakers.{}]", super::toml_key(&name));
             let (mut breaker, bad) = read_table::<BreakerSection>(value);
-            errors.extend(
-                bad.into_iter()
-                    .flat_map(|err| at_line(err, &header, "breakers", &name)),
-            );
+            errors.extend(at_line(bad, &header, "breakers", &name));
             breaker.leak_url();
             if let Err(err) = breaker.apply(base).and_then(|c| c.validate()) {
-                errors.extend(at_line(err, &header, "breakers", &name));
+                errors.extend(at_line(Some(err), &header, "breakers", &name));
             }
             if let Err(err) = breaker
                 .apply_family(FamilyConfig::new())
                 .and_then(|c| c.validate())
             {
-                errors.extend(at_line(err, &header, "breakers", &name));
+                errors.extend(at_line(Some(err), &header, "breakers", &name));
             }
             breakers.insert(name, breaker);
         }
@@ -307,15 +301,12 @@ impl FileConfig {
         for (name, value) in raw.retry {
             let header = format!("[retry.{}]", super::toml_key(&name));
             let (policy, bad) = read_table::<RetrySection>(value);
-            errors.extend(
-                bad.into_iter()
-                    .flat_map(|err| at_line(err, &header, "retry", &name)),
-            );
+            errors.extend(at_line(bad, &header, "retry", &name));
             if let Err(err) = policy
                 .apply(PolicyBuilder::http())
                 .and_then(PolicyBuilder::build)
             {
-                errors.extend(at_line(err, &header, "retry", &name));
+                errors.extend(at_line(Some(err), &header, "retry", &name));
             }
             retry.insert(name, policy);
         }
@@ -323,12 +314,9 @@ impl FileConfig {
         for (name, value) in raw.budgets {
             let header = format!("[budgets.{}]", super::toml_key(&name));
             let (budget, bad) = read_table::<BudgetSection>(value);
-            errors.extend(
-                bad.into_iter()
-                    .flat_map(|err| at_line(err, &header, "budgets", &name)),
-            );
+            errors.extend(at_line(bad, &header, "budgets", &name));
             if let Err(err) = budget.apply(BudgetConfig::new()).and_then(|c| c.validate()) {
-                errors.extend(at_line(err, &header, "budgets", &name));
+                errors.extend(at_line(Some(err), &header, "budgets", &name));
             }
             budgets.insert(name, budget);
         }
@@ -336,15 +324,12 @@ impl FileConfig {
         for (name, value) in raw.limits {
             let header = format!("[limits.{}]", super::toml_key(&name));
             let (section, bad) = read_table::<LimitSection>(value);
-            errors.extend(
-                bad.into_iter()
-                    .flat_map(|err| at_line(err, &header, "limits", &name)),
-            );
+            errors.extend(at_line(bad, &header, "limits", &name));
             match section.config() {
                 Ok(config) => {
                     limits.insert(name, config);
                 }
-                Err(err) => errors.extend(at_line(err, &header, "limits", &name)),
+                Err(err) => errors.extend(at_line(Some(err), &header, "limits", &name)),
             }
         }
         if let Some(service) = &raw.service
