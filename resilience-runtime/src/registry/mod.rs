@@ -140,6 +140,7 @@
 //! # Ok::<(), resilience::ConfigError>(())
 //! ```
 
+mod duration;
 mod file;
 mod sites;
 
@@ -191,7 +192,7 @@ static GLOBAL: OnceLock<Registry> = OnceLock::new();
 /// # Ok::<(), resilience::ConfigError>(())
 /// ```
 pub fn parse_duration(text: &str) -> Result<std::time::Duration, ConfigError> {
-    file::duration("duration", text)
+    duration::duration("duration", text)
 }
 
 /// The process-wide registry used by the macros.
