@@ -154,6 +154,7 @@ async fn a_retry_after_beyond_the_budget_left_gives_up_without_sleeping() {
     assert_eq!(started.elapsed(), Duration::ZERO);
 }
 
+#[cfg(feature = "config-file")]
 #[test]
 fn half_open_beyond_the_probe_counter_is_refused() {
     let err = Registry::builder()
@@ -170,6 +171,7 @@ fn half_open_beyond_the_probe_counter_is_refused() {
         .unwrap();
 }
 
+#[cfg(feature = "config-file")]
 #[test]
 fn every_count_and_factor_has_a_limit_named_in_its_error() {
     // Before: each was accepted up to what its type holds (4294967295
@@ -204,6 +206,7 @@ fn every_count_and_factor_has_a_limit_named_in_its_error() {
     }
 }
 
+#[cfg(feature = "config-file")]
 #[test]
 fn a_toml_duration_that_does_not_fit_is_refused_with_its_text() {
     for text in [
@@ -221,6 +224,7 @@ fn a_toml_duration_that_does_not_fit_is_refused_with_its_text() {
     }
 }
 
+#[cfg(feature = "config-file")]
 #[test]
 fn max_retry_after_is_read_from_the_toml_file() {
     Registry::builder()

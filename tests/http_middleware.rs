@@ -253,6 +253,7 @@ async fn a_single_attempt_sends_even_a_streaming_body() {
     assert_eq!(&server.requests_to("/blob")[0].body[..], b"streamed");
 }
 
+#[cfg(feature = "config-file")]
 #[tokio::test(start_paused = true)]
 async fn a_named_layer_takes_its_policy_and_breaker_from_the_registry() {
     let registry = Registry::builder()

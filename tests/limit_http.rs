@@ -145,6 +145,7 @@ async fn the_tower_layer_sheds_by_the_requests_priority() {
 }
 
 /// A layer built from the registry takes the `[limits.<name>]` of its file.
+#[cfg(feature = "config-file")]
 #[tokio::test(start_paused = true)]
 async fn a_layer_from_the_registry_takes_its_limit_from_the_file() {
     let registry = resilience::registry::Registry::builder()

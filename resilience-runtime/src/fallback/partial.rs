@@ -12,8 +12,8 @@ use crate::telemetry::{self, Fallback, Labels};
 /// failing should cost that part, not the whole response: the part's
 /// field is a `Part<T>`, so the consumer of the response sees which part
 /// is missing instead of an empty default it could take for real data.
-/// Serialized (serde) as `T` when available and as
-/// `{"unavailable": "<part>"}` when not.
+/// Serialized (serde, with the `serde` or the `config-file` feature) as
+/// `T` when available and as `{"unavailable": "<part>"}` when not.
 ///
 /// ```
 /// use resilience::fallback::Part;
@@ -111,6 +111,9 @@ impl fmt::Display for Unavailable {
     }
 }
 
+// Wherever `serde` is a dependency: `config-file` gives these impls to the
+// default build, `serde` to one without it.
+#[cfg(any(feature = "serde", feature = "config-file"))]
 impl serde::Serialize for Unavailable {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         use serde::ser::SerializeMap;
@@ -120,6 +123,7 @@ impl serde::Serialize for Unavailable {
     }
 }
 
+#[cfg(any(feature = "serde", feature = "config-file"))]
 impl<T: serde::Serialize> serde::Serialize for Part<T> {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         match self {
@@ -150,6 +154,7 @@ mod tests {
         );
     }
 
+    #[cfg(any(feature = "serde", feature = "config-file"))]
     #[test]
     fn serialized_as_the_value_or_as_the_missing_part() {
         #[derive(serde::Serialize)]

@@ -171,15 +171,20 @@ impl LimitConfig {
 
 #[cfg(test)]
 mod tests {
+    #[cfg(feature = "config-file")]
     use std::time::Duration;
 
-    use crate::limit::{LimitConfig, VegasConfig};
+    use crate::limit::LimitConfig;
+    #[cfg(feature = "config-file")]
+    use crate::limit::VegasConfig;
     use crate::registry::Registry;
 
+    #[cfg(feature = "config-file")]
     fn registry(toml: &str) -> Result<Registry, crate::ConfigError> {
         Registry::builder().config_str(toml, "limits.toml")?.build()
     }
 
+    #[cfg(feature = "config-file")]
     #[test]
     fn a_file_section_of_each_kind() {
         let registry = registry(
@@ -204,6 +209,7 @@ mod tests {
         assert!(registry.limiter("orders").is_none());
     }
 
+    #[cfg(feature = "config-file")]
     #[test]
     fn the_file_replaces_the_code() {
         let registry = Registry::builder()
@@ -233,6 +239,7 @@ mod tests {
         );
     }
 
+    #[cfg(feature = "config-file")]
     #[test]
     fn sections_that_make_no_sense_are_refused_with_the_fix() {
         let cases = [

@@ -1,5 +1,5 @@
 //! The TOML config file: parsing, checking, and laying it over the code's
-//! values.
+//! values (the `config-file` feature).
 
 use std::collections::HashMap;
 

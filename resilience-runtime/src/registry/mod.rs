@@ -15,7 +15,11 @@
 //! 3. the values written in the attribute at the call site (or given to
 //!    [`Registry::breaker`]).
 //!
-//! The file is named by [`RegistryBuilder::config_file`], or by the
+//! The file is read with the `config-file` cargo feature, on by default
+//! (without it, `serde_derive` and `toml` leave the build, the settings
+//! come from the code and the attributes, and a set `RESILIENCE_CONFIG` is
+//! an error naming the feature, never a file silently not read). It is
+//! named by [`RegistryBuilder::config_file`], or by the
 //! `RESILIENCE_CONFIG` environment variable ([`RegistryBuilder::from_env`]):
 //!
 //! ```toml
@@ -141,11 +145,15 @@
 //! ```
 
 mod duration;
+#[cfg(feature = "config-file")]
 mod file;
+#[cfg(not(feature = "config-file"))]
+mod no_file;
 mod sites;
 
 use std::collections::HashMap;
 use std::fmt;
+#[cfg(feature = "config-file")]
 use std::path::Path;
 use std::sync::{OnceLock, RwLock};
 
@@ -155,7 +163,10 @@ use crate::breaker::{BreakerConfig, BreakerFamily, CircuitBreaker, FamilyConfig}
 use crate::error::ConfigError;
 use crate::retry::{Budget, BudgetConfig, Policy, PolicyBuilder};
 
+#[cfg(feature = "config-file")]
 use self::file::FileConfig;
+#[cfg(not(feature = "config-file"))]
+use self::no_file::FileConfig;
 #[doc(hidden)]
 pub use self::sites::{Defaults, SITES, Site, SiteDefaults};
 pub use self::sites::{SiteConfig, SiteInfo};
@@ -207,8 +218,9 @@ pub fn parse_duration(text: &str) -> Result<std::time::Duration, ConfigError> {
 ///
 /// When `RESILIENCE_CONFIG` names a file that cannot be read, does not
 /// parse, holds a value out of range, or has a section that names no call
-/// site, and no registry was installed: every protected call then panics
-/// with the error (the file, the key and the value). Running on the
+/// site (or names any file, in a build without the `config-file`
+/// feature), and no registry was installed: every protected call then
+/// panics with the error (the file, the key and the value). Running on the
 /// attributes' values instead would hide that the operator's settings are
 /// not in force. Call [`install`] at startup to get the error as a value.
 pub fn global() -> &'static Registry {
@@ -219,7 +231,7 @@ pub fn global() -> &'static Registry {
                 registry
             }
             Err(err) => panic!(
-                "resilience: the config file named by {CONFIG_ENV} is not valid, and no registry was installed: {err}"
+                "resilience: the config file named by {CONFIG_ENV} cannot be used, and no registry was installed: {err}"
             ),
         }
     })
@@ -1369,7 +1381,9 @@ impl RegistryBuilder {
         self
     }
 
-    /// Reads and checks the TOML file at `path`.
+    /// Reads and checks the TOML file at `path` (the `config-file`
+    /// feature, on by default).
+    #[cfg(feature = "config-file")]
     pub fn config_file(mut self, path: impl AsRef<Path>) -> Result<Self, ConfigError> {
         let path = path.as_ref();
         let text = std::fs::read_to_string(path).map_err(|err| {
@@ -1386,9 +1400,16 @@ impl RegistryBuilder {
 
     /// Reads the file named by the `RESILIENCE_CONFIG` environment
     /// variable, when it is set.
+    ///
+    /// Without the `config-file` feature, a `RESILIENCE_CONFIG` that names
+    /// a file is an error naming the variable, its value and the feature:
+    /// the operator's settings would otherwise be silently not in force.
     pub fn from_env(self) -> Result<Self, ConfigError> {
         match std::env::var_os(CONFIG_ENV) {
+            #[cfg(feature = "config-file")]
             Some(path) if !path.is_empty() => self.config_file(path),
+            #[cfg(not(feature = "config-file"))]
+            Some(path) if !path.is_empty() => Err(no_file::env_set(&path)),
             _ => Ok(self),
         }
     }
@@ -1407,7 +1428,9 @@ impl RegistryBuilder {
         self
     }
 
-    /// Checks TOML text as if read from a file named `origin`.
+    /// Checks TOML text as if read from a file named `origin` (the
+    /// `config-file` feature, on by default).
+    #[cfg(feature = "config-file")]
     pub fn config_str(mut self, toml: &str, origin: &str) -> Result<Self, ConfigError> {
         self.file = Some(FileConfig::parse(toml, origin)?);
         Ok(self)
@@ -1470,5 +1493,6 @@ impl RegistryBuilder {
     }
 }
 
-#[cfg(test)]
+// Most of them lay a file over the code.
+#[cfg(all(test, feature = "config-file"))]
 mod tests;

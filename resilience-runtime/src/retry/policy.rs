@@ -336,6 +336,7 @@ impl PolicyBuilder {
 
     /// The randomization set so far: a config file's bare `jitter = 0.3`
     /// keeps its kind.
+    #[cfg(feature = "config-file")]
     pub(crate) const fn jitter(&self) -> Jitter {
         self.backoff.jitter()
     }
