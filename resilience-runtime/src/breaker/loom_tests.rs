@@ -140,3 +140,34 @@ fn a_stripe_changes_owner_without_losing_a_count() {
         assert_eq!((end.calls, end.failures), (4, 2));
     });
 }
+
+/// Two threads with slots count on a fresh window: one becomes its home and
+/// counts inside it, the other allocates the stripes, and the first moves
+/// to its stripe when it sees them. No count is lost, whatever the order.
+#[test]
+fn the_first_thread_and_the_stripes_lose_no_count() {
+    use super::owner::Slots;
+    use crate::striped::window::SlidingWindow;
+
+    loom::model(|| {
+        let slots = Arc::new(Slots::new());
+        let window = Arc::new(SlidingWindow::new(2));
+        let threads: Vec<_> = (0..2)
+            .map(|_| {
+                let (slots, window) = (slots.clone(), window.clone());
+                thread::spawn(move || {
+                    let slot = slots.claim(2).unwrap();
+                    window.add_success_at(slot);
+                    window.add_at(slot, true, false);
+                })
+            })
+            .collect();
+        let seen = window.totals();
+        for t in threads {
+            t.join().unwrap();
+        }
+        let end = window.totals();
+        assert!(seen.calls <= end.calls && seen.failures <= end.failures);
+        assert_eq!((end.calls, end.failures), (4, 2));
+    });
+}

@@ -1,23 +1,40 @@
-//! The sliding window: striped cumulative counters plus a ring of bucket
-//! bases.
+//! The sliding window: cumulative counters plus a ring of bucket bases.
 //!
-//! A call adds to the counters of its thread's stripe, a cache line that
-//! no other thread writes (see [`owner`](super::owner)): counting is a
-//! plain load and store, and threads do not fight over a line. Nothing is
-//! ever reset on the hot path: at each bucket boundary the window records
-//! the sums of all stripes as the base of the new bucket, and the counts
-//! of the window are "sums now − base of the oldest bucket still in the
-//! window". A failure
-//! thus leaves the window one bucket (a tenth of it) at a time.
+//! Nothing is ever reset on the hot path: at each bucket boundary the window
+//! records the sums of its counters as the base of the new bucket, and the
+//! counts of the window are "sums now − base of the oldest bucket still in
+//! the window". A failure thus leaves the window one bucket (a tenth of it)
+//! at a time.
+//!
+//! A call adds to counters that no other thread writes (see
+//! [`owner`](super::owner)): counting is a plain load and store, and threads
+//! do not fight over a cache line. Memory comes only when it is needed:
+//!
+//! - the first thread to count (its slot becomes the window's `home`)
+//!   counts on three counters inside the window itself, 24 bytes;
+//! - when any other thread counts, the window allocates a stripe of a cache
+//!   line per owning thread and one the others share (320 bytes), and from
+//!   then on every thread counts on the stripes, the first one included;
+//! - the bases of failures and slow calls (160 bytes) are allocated when a
+//!   base first records one; until then they are all zero.
+//!
+//! So a breaker called from one thread that has not yet failed keeps its
+//! window in 200 bytes, where the stripes and bases took 560 before; a
+//! breaker called from many threads gets the same stripes as ever, and
+//! counts as fast.
 
 use super::BUCKETS;
 use super::owner::{self, OWNED};
+use super::sync::{AtomicBool, AtomicU64, AtomicUsize, OnceBox, Ordering::*};
+use std::collections::VecDeque;
+use std::sync::{Mutex, MutexGuard, PoisonError};
 
 /// The owned stripes of a window with one per owning thread.
 pub(crate) const OWNED_STRIPES: usize = OWNED;
-use super::sync::{AtomicBool, AtomicU64, Ordering::*};
-use std::collections::VecDeque;
-use std::sync::{Mutex, MutexGuard, PoisonError};
+
+/// No thread has counted on the window yet. Not a slot, nor
+/// [`owner::NONE`], nor a retired thread's mark.
+const HOMELESS: usize = usize::MAX - 2;
 
 /// Counts of the calls in a window.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -27,33 +44,22 @@ pub(crate) struct Counts {
     pub(crate) slow: u64,
 }
 
-// One cache line each. (128 bytes would also keep x86's pair prefetcher
-// from pulling a neighbour's line; it doubles the breaker's memory for a
-// gain this machine could not measure, so 64 it is.)
-#[repr(align(64))]
+impl Counts {
+    fn plus(self, other: Counts) -> Counts {
+        Counts {
+            calls: self.calls.wrapping_add(other.calls),
+            failures: self.failures.wrapping_add(other.failures),
+            slow: self.slow.wrapping_add(other.slow),
+        }
+    }
+}
+
+/// Cumulative counts of calls, failures and slow calls.
 #[derive(Debug)]
-struct Stripe {
+struct Counters {
     calls: AtomicU64,
     failures: AtomicU64,
     slow: AtomicU64,
-}
-
-#[derive(Debug)]
-struct Base {
-    calls: AtomicU64,
-    failures: AtomicU64,
-    slow: AtomicU64,
-}
-
-#[derive(Debug)]
-pub(crate) struct SlidingWindow {
-    /// One stripe per owning thread, then the one the others share.
-    stripes: Box<[Stripe]>,
-    bases: [Base; BUCKETS],
-    /// The current bucket: time since the breaker's origin, or calls, divided
-    /// by the bucket width.
-    epoch: AtomicU64,
-    rotating: AtomicBool,
 }
 
 /// One more call on a counter only this thread writes: a plain load and
@@ -63,33 +69,124 @@ fn bump(counter: &AtomicU64) {
     counter.store(counter.load(Relaxed).wrapping_add(1), Relaxed);
 }
 
+impl Counters {
+    fn new() -> Counters {
+        Counters {
+            calls: AtomicU64::new(0),
+            failures: AtomicU64::new(0),
+            slow: AtomicU64::new(0),
+        }
+    }
+
+    /// Counts a call on counters only this thread writes.
+    #[inline(always)]
+    fn count(&self, failed: bool, slow: bool) {
+        bump(&self.calls);
+        if failed {
+            bump(&self.failures);
+        }
+        if slow {
+            bump(&self.slow);
+        }
+    }
+
+    /// Counts a call on counters other threads write too.
+    fn count_shared(&self, failed: bool, slow: bool) {
+        self.calls.fetch_add(1, Relaxed);
+        if failed {
+            self.failures.fetch_add(1, Relaxed);
+        }
+        if slow {
+            self.slow.fetch_add(1, Relaxed);
+        }
+    }
+
+    fn load(&self) -> Counts {
+        Counts {
+            calls: self.calls.load(Relaxed),
+            failures: self.failures.load(Relaxed),
+            slow: self.slow.load(Relaxed),
+        }
+    }
+}
+
+// One cache line each. (128 bytes would also keep x86's pair prefetcher
+// from pulling a neighbour's line; it doubles the stripes' memory for a
+// gain this machine could not measure, so 64 it is.)
+#[repr(align(64))]
+#[derive(Debug)]
+struct Stripe(Counters);
+
+/// The counters of a window that more than one thread counts on.
+#[derive(Debug)]
+struct Stripes {
+    /// One per owning thread.
+    owned: [Stripe; OWNED],
+    /// The threads without a slot of their own, atomically.
+    shared: Stripe,
+}
+
+impl Stripes {
+    fn new() -> Stripes {
+        Stripes {
+            owned: std::array::from_fn(|_| Stripe(Counters::new())),
+            shared: Stripe(Counters::new()),
+        }
+    }
+}
+
+/// The bases of failures and slow calls, one per bucket.
+#[derive(Debug)]
+struct Rest {
+    failures: [AtomicU64; BUCKETS],
+    slow: [AtomicU64; BUCKETS],
+}
+
+#[derive(Debug)]
+pub(crate) struct SlidingWindow {
+    /// The counts of the thread in slot `home`, until another thread counts.
+    first: Counters,
+    /// The slot of the first thread that counted, or [`HOMELESS`].
+    home: AtomicUsize,
+    /// Allocated when a thread other than `home`'s counts.
+    stripes: OnceBox<Stripes>,
+    /// The slots below this one have a stripe.
+    owned: usize,
+    /// The base of calls of each bucket.
+    calls: [AtomicU64; BUCKETS],
+    /// The bases of failures and slow calls; absent while all are zero.
+    rest: OnceBox<Rest>,
+    /// The current bucket: time since the breaker's origin, or calls, divided
+    /// by the bucket width.
+    epoch: AtomicU64,
+    rotating: AtomicBool,
+}
+
 impl SlidingWindow {
     /// A window with `owned` stripes for the threads that own one (see
-    /// [`owner`](super::owner)), and one more for the others.
+    /// [`owner`](super::owner)) once more than one thread counts, and one
+    /// more for the others.
     pub(crate) fn new(owned: usize) -> SlidingWindow {
         SlidingWindow {
-            stripes: (0..=owned.clamp(1, OWNED))
-                .map(|_| Stripe {
-                    calls: AtomicU64::new(0),
-                    failures: AtomicU64::new(0),
-                    slow: AtomicU64::new(0),
-                })
-                .collect(),
-            bases: std::array::from_fn(|_| Base {
-                calls: AtomicU64::new(0),
-                failures: AtomicU64::new(0),
-                slow: AtomicU64::new(0),
-            }),
+            first: Counters::new(),
+            home: AtomicUsize::new(HOMELESS),
+            stripes: OnceBox::new(),
+            owned: owned.clamp(1, OWNED),
+            calls: std::array::from_fn(|_| AtomicU64::new(0)),
+            rest: OnceBox::new(),
             epoch: AtomicU64::new(0),
             rotating: AtomicBool::new(false),
         }
     }
 
-    /// The stripe owned by the thread in `slot`, if this window has it.
+    /// The counters the thread in `slot` writes alone, if it has them.
     #[inline(always)]
-    fn owned(&self, slot: usize) -> Option<&Stripe> {
-        let owned = self.stripes.len() - 1;
-        self.stripes[..owned].get(slot)
+    fn mine(&self, slot: usize) -> Option<&Counters> {
+        match self.stripes.get() {
+            None => (self.home.load(Relaxed) == slot).then_some(&self.first),
+            Some(stripes) if slot < self.owned => stripes.owned.get(slot).map(|s| &s.0),
+            Some(_) => None,
+        }
     }
 
     /// Counts one successful call.
@@ -101,9 +198,9 @@ impl SlidingWindow {
     /// [`add_success`](Self::add_success) for the thread in `slot`.
     #[inline(always)]
     pub(crate) fn add_success_at(&self, slot: usize) {
-        match self.owned(slot) {
-            Some(stripe) => bump(&stripe.calls),
-            None => self.add_unowned(false, false),
+        match self.mine(slot) {
+            Some(counters) => bump(&counters.calls),
+            None => self.add_unowned(slot, false, false),
         }
     }
 
@@ -114,61 +211,98 @@ impl SlidingWindow {
 
     /// [`add`](Self::add) for the thread in `slot`.
     pub(crate) fn add_at(&self, slot: usize, failed: bool, slow: bool) {
-        match self.owned(slot) {
-            Some(stripe) => {
-                bump(&stripe.calls);
-                if failed {
-                    bump(&stripe.failures);
-                }
-                if slow {
-                    bump(&stripe.slow);
-                }
-            }
-            None => self.add_unowned(failed, slow),
+        match self.mine(slot) {
+            Some(counters) => counters.count(failed, slow),
+            None => self.add_unowned(slot, failed, slow),
         }
     }
 
-    /// A thread without a stripe of its own: it claims one if it can,
-    /// otherwise counts on the shared stripe, atomically.
+    /// A thread without counters of its own on this window yet: it claims a
+    /// slot if it has none, makes its slot the window's home if no thread
+    /// has counted yet, and otherwise counts on the stripes (allocating
+    /// them), on its own or, without a slot, on the shared one.
     #[cold]
-    fn add_unowned(&self, failed: bool, slow: bool) {
-        if let Some(slot) = owner::claim().filter(|&slot| self.owned(slot).is_some()) {
-            return self.add_at(slot, failed, slow);
-        }
-        let Some(stripe) = self.stripes.last() else {
-            return;
+    fn add_unowned(&self, slot: usize, failed: bool, slow: bool) {
+        let slot = match slot < self.owned {
+            true => slot,
+            false => owner::claim()
+                .filter(|&claimed| claimed < self.owned)
+                .unwrap_or(slot),
         };
-        stripe.calls.fetch_add(1, Relaxed);
-        if failed {
-            stripe.failures.fetch_add(1, Relaxed);
+        if slot < self.owned && self.stripes.get().is_none() {
+            // `Relaxed`: only the owner of `slot` writes `first` while it is
+            // home, and slots change hands with `Acquire`/`Release`.
+            match self.home.compare_exchange(HOMELESS, slot, Relaxed, Relaxed) {
+                Ok(_) => return self.first.count(failed, slow),
+                // Home already: a slot freed by the first thread, claimed
+                // just now.
+                Err(home) if home == slot => return self.first.count(failed, slow),
+                Err(_) => {}
+            }
         }
-        if slow {
-            stripe.slow.fetch_add(1, Relaxed);
+        let stripes = self.stripes.get_or_init(|| Box::new(Stripes::new()));
+        match stripes.owned.get(slot).filter(|_| slot < self.owned) {
+            Some(stripe) => stripe.0.count(failed, slow),
+            None => stripes.shared.0.count_shared(failed, slow),
         }
     }
 
-    /// The sums of all stripes since the breaker was created.
+    /// The sums of all counters since the breaker was created.
     pub(crate) fn totals(&self) -> Counts {
-        let mut c = Counts::default();
-        for s in self.stripes.iter() {
-            c.calls = c.calls.wrapping_add(s.calls.load(Relaxed));
-            c.failures = c.failures.wrapping_add(s.failures.load(Relaxed));
-            c.slow = c.slow.wrapping_add(s.slow.load(Relaxed));
+        let first = self.first.load();
+        match self.stripes.get() {
+            None => first,
+            Some(stripes) => stripes
+                .owned
+                .iter()
+                .chain([&stripes.shared])
+                .fold(first, |sum, stripe| sum.plus(stripe.0.load())),
         }
-        c
     }
 
     pub(crate) fn epoch(&self) -> u64 {
         self.epoch.load(Acquire)
     }
 
+    fn base(&self, bucket: usize) -> Counts {
+        let (failures, slow) = match self.rest.get() {
+            Some(rest) => (
+                rest.failures[bucket].load(Relaxed),
+                rest.slow[bucket].load(Relaxed),
+            ),
+            None => (0, 0),
+        };
+        Counts {
+            calls: self.calls[bucket].load(Relaxed),
+            failures,
+            slow,
+        }
+    }
+
+    fn set_base(&self, bucket: usize, totals: Counts) {
+        self.calls[bucket].store(totals.calls, Relaxed);
+        let rest = match totals.failures != 0 || totals.slow != 0 {
+            true => Some(self.rest.get_or_init(|| {
+                Box::new(Rest {
+                    failures: std::array::from_fn(|_| AtomicU64::new(0)),
+                    slow: std::array::from_fn(|_| AtomicU64::new(0)),
+                })
+            })),
+            false => self.rest.get(),
+        };
+        if let Some(rest) = rest {
+            rest.failures[bucket].store(totals.failures, Relaxed);
+            rest.slow[bucket].store(totals.slow, Relaxed);
+        }
+    }
+
     /// The counts of the window, given the totals now.
     pub(crate) fn counts(&self, totals: Counts) -> Counts {
-        let base = &self.bases[(self.epoch() as usize + 1) % BUCKETS];
+        let base = self.base((self.epoch() as usize + 1) % BUCKETS);
         Counts {
-            calls: totals.calls.wrapping_sub(base.calls.load(Relaxed)),
-            failures: totals.failures.wrapping_sub(base.failures.load(Relaxed)),
-            slow: totals.slow.wrapping_sub(base.slow.load(Relaxed)),
+            calls: totals.calls.wrapping_sub(base.calls),
+            failures: totals.failures.wrapping_sub(base.failures),
+            slow: totals.slow.wrapping_sub(base.slow),
         }
     }
 
@@ -189,10 +323,7 @@ impl SlidingWindow {
         if epoch > current {
             let first = (current + 1).max(epoch.saturating_sub(BUCKETS as u64 - 1));
             for k in first..=epoch {
-                let base = &self.bases[k as usize % BUCKETS];
-                base.calls.store(totals.calls, Relaxed);
-                base.failures.store(totals.failures, Relaxed);
-                base.slow.store(totals.slow, Relaxed);
+                self.set_base(k as usize % BUCKETS, totals);
             }
             self.epoch.store(epoch, Release);
         }
@@ -202,11 +333,16 @@ impl SlidingWindow {
     /// Empties the window: every base becomes the totals now.
     pub(crate) fn clear(&self) {
         let totals = self.totals();
-        for base in &self.bases {
-            base.calls.store(totals.calls, Relaxed);
-            base.failures.store(totals.failures, Relaxed);
-            base.slow.store(totals.slow, Relaxed);
+        for bucket in 0..BUCKETS {
+            self.set_base(bucket, totals);
         }
+    }
+
+    /// The bytes this window has allocated.
+    #[cfg(all(test, not(loom)))]
+    pub(crate) fn heap(&self) -> usize {
+        self.stripes.get().map_or(0, |_| size_of::<Stripes>())
+            + self.rest.get().map_or(0, |_| size_of::<Rest>())
     }
 }
 
@@ -332,6 +468,89 @@ mod tests {
         w.add_success();
         w.clear();
         assert_eq!(w.counts(w.totals()), Counts::default());
+    }
+
+    /// A window counted on by one thread allocates nothing; a second thread
+    /// brings the stripes, a failure in a base the failures' bases, and no
+    /// count is lost on the way.
+    #[test]
+    fn memory_comes_when_a_second_thread_counts_or_a_call_fails() {
+        let w = SlidingWindow::new(owner::OWNED);
+        for _ in 0..5 {
+            w.add_success_at(0);
+        }
+        w.add_at(0, false, true);
+        w.rotate(1, w.totals());
+        assert_eq!(w.heap(), size_of::<Rest>(), "a slow call is in a base");
+
+        let w = SlidingWindow::new(owner::OWNED);
+        for _ in 0..5 {
+            w.add_success_at(2);
+        }
+        w.rotate(1, w.totals());
+        w.add_at(2, true, false);
+        assert_eq!(w.heap(), 0);
+        assert_eq!(
+            w.counts(w.totals()),
+            Counts {
+                calls: 6,
+                failures: 1,
+                slow: 0
+            }
+        );
+
+        w.rotate(2, w.totals());
+        assert_eq!(w.heap(), size_of::<Rest>());
+        w.add_success_at(1);
+        assert_eq!(w.heap(), size_of::<Rest>() + size_of::<Stripes>());
+        // The first thread now counts on its stripe, beside what it counted.
+        w.add_at(2, true, true);
+        assert_eq!(
+            w.totals(),
+            Counts {
+                calls: 8,
+                failures: 2,
+                slow: 1
+            }
+        );
+        // The bases recorded while the first thread counted alone hold.
+        assert_eq!(
+            w.counts(w.totals()),
+            Counts {
+                calls: 8,
+                failures: 2,
+                slow: 1
+            }
+        );
+        w.rotate(11, w.totals());
+        assert_eq!(
+            w.counts(w.totals()),
+            Counts {
+                calls: 2,
+                failures: 1,
+                slow: 1
+            }
+        );
+    }
+
+    /// Clearing the window after failures records them in the bases: the
+    /// window is empty, not "every failure since creation".
+    #[test]
+    fn a_clear_after_failures_records_their_bases() {
+        let w = SlidingWindow::new(owner::OWNED);
+        w.add_at(0, true, false);
+        w.add_at(0, true, true);
+        w.clear();
+        assert_eq!(w.counts(w.totals()), Counts::default());
+        w.add_success_at(0);
+        assert_eq!(
+            w.counts(w.totals()),
+            Counts {
+                calls: 1,
+                failures: 0,
+                slow: 0
+            }
+        );
     }
 
     /// More threads than owned stripes, some of them short-lived, count
