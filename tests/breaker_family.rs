@@ -418,6 +418,25 @@ async fn when_no_member_can_go_a_new_key_gets_a_breaker_no_other_key_shares() {
     assert!(family.find("z").is_some() && family.find("tenant-0").is_none());
 }
 
+/// A member is its breaker's per-call state and window (the configuration,
+/// labels and clock origin are the family's), its key, its place in the
+/// ring the eviction hand walks and its share of the key table: at most
+/// 256 B, the budget, in a family filled to its cap. (A call from
+/// one thread adds nothing to it: the window's unit tests show what a
+/// second thread and a failure add.)
+#[test]
+fn a_member_takes_at_most_256_bytes_of_heap() {
+    let n = 10_000;
+    let family = BreakerFamily::new("small", FamilyConfig::new().with_max_members(n)).unwrap();
+    let before = live_heap();
+    for key in 100_000..100_000 + u64::from(n) {
+        drop(key.with_key(|key| family.get(key)));
+    }
+    assert_eq!(family.len(), n as usize);
+    let each = (live_heap() - before) / n as isize;
+    assert!(each <= 256, "{each} B a member");
+}
+
 #[test]
 fn admitting_new_keys_at_the_cap_does_not_grow_the_heap() {
     let family =

@@ -125,7 +125,7 @@ pub(super) fn poll_cut<T, E: FromRuntimeError>(
 ) -> Poll<Result<T, E>> {
     if cut.is_none() {
         cut.set(Some(Cut::of(
-            &permit.breaker.inner.config,
+            &permit.breaker.inner.common.config,
             permit.admission,
         )));
     }

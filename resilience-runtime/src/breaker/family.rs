@@ -2,16 +2,18 @@
 //! tenant, whose keys are known only at run time, sharing one
 //! configuration, in bounded memory ([`BreakerFamily`]).
 
-use std::collections::HashMap;
 use std::fmt;
+use std::hash::{BuildHasher, RandomState};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::*};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::Duration;
 
+use hashbrown::HashTable;
 use tokio::time::Instant;
 
+use super::machine::Common;
 use super::state::{CLOSED, Word};
-use super::{BreakerConfig, CircuitBreaker, State, owner, report};
+use super::{BreakerConfig, CircuitBreaker, State, report};
 use crate::clock::duration_nanos;
 use crate::error::ConfigError;
 use crate::telemetry::Labels;
@@ -371,21 +373,22 @@ const SCAN: usize = 64;
 const SWEEP: usize = 8;
 
 struct Family {
-    labels: Labels,
     config: FamilyConfig,
+    /// What every member shares: labels, breaker configuration, clock
+    /// origin, the family's hooks and its tally of open members.
+    common: super::sync::Arc<Common>,
     members: RwLock<Members>,
     /// Whether the last new key found no room (warned once).
     full: AtomicBool,
-    tally: Arc<Tally>,
-    origin: Instant,
-    hooks: Mutex<Vec<super::SharedHook>>,
 }
 
 /// The members, and the CLOCK hand that picks the one to evict.
 #[derive(Default)]
 struct Members {
-    /// Each key's place in `ring`.
-    places: HashMap<Box<str>, usize>,
+    /// Each member's place in `ring`, hashed by its key (which the member
+    /// holds: the table keeps 4 bytes a member, not a second copy).
+    places: HashTable<u32>,
+    hasher: RandomState,
     /// The members, in the order the hand visits them.
     ring: Vec<Member>,
     /// The place the hand looks at next, modulo the ring's length.
@@ -395,10 +398,10 @@ struct Members {
 struct Member {
     breaker: CircuitBreaker,
     /// Nanoseconds since the family's origin of the last `get`, to within
-    /// `idle / 64`: a busy key does not write it on every call.
+    /// `idle / 64` (a busy key does not write it on every call), shifted
+    /// left by one; the low bit marks a member used since the hand last
+    /// passed, which it spares once.
     used: AtomicU64,
-    /// Used since the hand last passed: spared once.
-    marked: AtomicBool,
 }
 
 impl BreakerFamily {
@@ -418,25 +421,22 @@ impl BreakerFamily {
             .map_err(|err| err.with_subject(format!("breaker family `{name}`")))?;
         let labels = Labels::new(service, name);
         report::breaker_created(labels, State::Closed);
+        let tally = Tally {
+            counts: Mutex::new([0; 3]),
+        };
         Ok(BreakerFamily {
             inner: Arc::new(Family {
-                labels,
                 config,
+                common: super::sync::Arc::new(Common::new(labels, config.breaker, Some(tally))),
                 members: RwLock::new(Members::default()),
                 full: AtomicBool::new(false),
-                tally: Arc::new(Tally {
-                    labels,
-                    counts: Mutex::new([0; 3]),
-                }),
-                origin: Instant::now(),
-                hooks: Mutex::new(Vec::new()),
             }),
         })
     }
 
     /// The family's name.
     pub fn name(&self) -> &'static str {
-        self.inner.labels.target()
+        self.inner.common.labels.target()
     }
 
     /// The configuration every member runs with.
@@ -481,7 +481,7 @@ impl BreakerFamily {
     /// The members' keys, sorted, for health endpoints.
     pub fn keys(&self) -> Vec<String> {
         let members = self.inner.read();
-        let mut keys: Vec<String> = members.places.keys().map(|k| k.to_string()).collect();
+        let mut keys: Vec<String> = members.ring.iter().map(|m| m.key().to_string()).collect();
         keys.sort();
         keys
     }
@@ -489,7 +489,8 @@ impl BreakerFamily {
     /// How many members are open now, with the breakers the family gave
     /// out without keeping them (when full) while they live.
     pub fn open_members(&self) -> usize {
-        self.inner.tally.count(State::Open)
+        let tally = self.inner.common.tally.as_ref();
+        tally.map_or(0, |tally| tally.count(State::Open))
     }
 
     /// Registers `hook`, called with `(name, from, to)` after each state
@@ -499,15 +500,7 @@ impl BreakerFamily {
     where
         F: Fn(&'static str, State, State) + Send + Sync + 'static,
     {
-        let hook: super::SharedHook = Arc::new(hook);
-        let family = &*self.inner;
-        lock(&family.hooks).push(Arc::clone(&hook));
-        for member in &family.read().ring {
-            let hook = Arc::clone(&hook);
-            member
-                .breaker
-                .on_state_change(move |name, from, to| hook(name, from, to));
-        }
+        self.inner.common.on_state_change(Box::new(hook));
     }
 }
 
@@ -517,25 +510,11 @@ impl Family {
     }
 
     fn now(&self) -> u64 {
-        duration_nanos(Instant::now().saturating_duration_since(self.origin))
+        duration_nanos(Instant::now().saturating_duration_since(self.common.origin))
     }
 
     fn member(&self, key: &str) -> CircuitBreaker {
-        let tag = Tag {
-            key: key.into(),
-            tally: Arc::clone(&self.tally),
-        };
-        let breaker = CircuitBreaker::with_stripes(
-            self.labels,
-            self.config.breaker,
-            owner::OWNED,
-            Some(Box::new(tag)),
-        );
-        for hook in lock(&self.hooks).iter() {
-            let hook = Arc::clone(hook);
-            breaker.on_state_change(move |name, from, to| hook(name, from, to));
-        }
-        breaker
+        CircuitBreaker::member(super::sync::Arc::clone(&self.common), key)
     }
 
     /// A new key: a place of its own below the cap, an evicted member's at
@@ -559,15 +538,14 @@ impl Family {
         if self.full.swap(false, Relaxed) {
             tracing::info!(
                 target: "resilience",
-                family = self.labels.target(),
+                family = self.common.labels.target(),
                 "breaker family has room again: new keys become members"
             );
         }
         let breaker = self.member(key);
         let member = Member {
             breaker: breaker.clone(),
-            used: AtomicU64::new(now),
-            marked: AtomicBool::new(false),
+            used: AtomicU64::new(now << 1),
         };
         match place {
             Some(place) => members.replace(place, key, member),
@@ -583,7 +561,7 @@ impl Family {
         if !self.full.swap(true, Relaxed) {
             tracing::warn!(
                 target: "resilience",
-                family = self.labels.target(),
+                family = self.common.labels.target(),
                 members,
                 "breaker family is full and no member it looked at can be evicted (open, half-open, forced or in use): new keys get a breaker of their own that the family does not keep, judged afresh on each lookup, until one can; raise `max_members` if this lasts"
             );
@@ -594,36 +572,69 @@ impl Family {
 
 impl Members {
     fn get(&self, key: &str) -> Option<&Member> {
-        self.places.get(key).map(|&place| &self.ring[place])
+        let ring = &self.ring;
+        let place = self.places.find(self.hasher.hash_one(key), |&place| {
+            ring[place as usize].key() == key
+        })?;
+        Some(&ring[*place as usize])
     }
 
     fn push(&mut self, key: &str, member: Member, cap: usize) {
-        self.places.insert(key.into(), self.ring.len());
-        self.ring.push(member);
-        if self.ring.len() == cap {
+        let Members {
+            places,
+            hasher,
+            ring,
+            ..
+        } = self;
+        // Below the cap, which is at most `MAX_MEMBERS`.
+        let place = ring.len() as u32;
+        ring.push(member);
+        let rehash = |&place: &u32| hasher.hash_one(ring[place as usize].key());
+        places.insert_unique(hasher.hash_one(key), place, rehash);
+        if ring.len() == cap {
             // Each eviction may leave a tombstone in the table, and the
             // table clears them by rehashing in place only while it is at
             // most half full, else by doubling: sized now for twice the
             // cap, it never grows again.
-            self.places.reserve(cap + 2);
+            places.reserve(cap + 2, rehash);
+            // Grown by doubling, the ring may hold room for up to twice
+            // the cap; it never holds more than the cap.
+            ring.shrink_to_fit();
+        }
+    }
+
+    /// Forgets where the member at `place` is, before it leaves it.
+    fn unplace(&mut self, place: usize) {
+        let hash = self.hasher.hash_one(self.ring[place].key());
+        if let Ok(entry) = self.places.find_entry(hash, |&p| p as usize == place) {
+            entry.remove();
         }
     }
 
     /// Puts `member` in the place of the one at `place`, which goes.
     fn replace(&mut self, place: usize, key: &str, member: Member) {
-        let gone = std::mem::replace(&mut self.ring[place], member);
-        self.places.remove(gone.key());
-        self.places.insert(key.into(), place);
+        self.unplace(place);
+        self.ring[place] = member;
+        let Members {
+            places,
+            hasher,
+            ring,
+            ..
+        } = self;
+        let rehash = |&place: &u32| hasher.hash_one(ring[place as usize].key());
+        places.insert_unique(hasher.hash_one(key), place as u32, rehash);
     }
 
     /// Removes the member at `place`; the last one takes its place.
     fn remove(&mut self, place: usize) {
-        let gone = self.ring.swap_remove(place);
-        self.places.remove(gone.key());
-        if let Some(moved) = self.ring.get(place)
-            && let Some(slot) = self.places.get_mut(moved.key())
-        {
-            *slot = place;
+        self.unplace(place);
+        let last = self.ring.len() - 1;
+        self.ring.swap_remove(place);
+        if let Some(moved) = self.ring.get(place) {
+            let hash = self.hasher.hash_one(moved.key());
+            if let Some(at) = self.places.find_mut(hash, |&p| p as usize == last) {
+                *at = place as u32;
+            }
         }
     }
 
@@ -645,7 +656,7 @@ impl Members {
             if !member.evictable() {
                 continue;
             }
-            if member.marked.swap(false, Relaxed) && !member.stale(now, idle) {
+            if member.used.fetch_and(!1, Relaxed) & 1 == 1 && !member.stale(now, idle) {
                 marked.get_or_insert(place);
                 continue;
             }
@@ -676,12 +687,11 @@ impl Member {
     /// A `get` of a known key: marks the member, and records the time
     /// when it moved on by more than `idle / 64`.
     fn touch(&self, now: u64, idle: Duration) {
-        if !self.marked.load(Relaxed) {
-            self.marked.store(true, Relaxed);
-        }
-        let step = duration_nanos(idle) / 64;
-        if now.saturating_sub(self.used.load(Relaxed)) > step {
-            self.used.store(now, Relaxed);
+        let used = self.used.load(Relaxed);
+        let moved = now.saturating_sub(used >> 1) > duration_nanos(idle) / 64;
+        if moved || used & 1 == 0 {
+            let at = if moved { now } else { used >> 1 };
+            self.used.store(at << 1 | 1, Relaxed);
         }
     }
 
@@ -691,7 +701,7 @@ impl Member {
 
     /// Unused for `idle` or longer.
     fn stale(&self, now: u64, idle: u64) -> bool {
-        now.saturating_sub(self.used.load(Relaxed)) >= idle
+        now.saturating_sub(self.used.load(Relaxed) >> 1) >= idle
     }
 
     /// May go: closed, not forced, and no handle outside the family (no
@@ -720,15 +730,8 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-/// What a member knows of its family.
-pub(super) struct Tag {
-    key: Box<str>,
-    tally: Arc<Tally>,
-}
-
 /// How many members are in each state, for the family's gauge.
-struct Tally {
-    labels: Labels,
+pub(super) struct Tally {
     /// Closed (unused: members are not counted closed), half-open, open.
     counts: Mutex<[usize; 3]>,
 }
@@ -748,7 +751,7 @@ impl Tally {
 
     /// Moves one member from `from` to `to`, then the gauge, under one
     /// lock so that two members' transitions cannot leave it stale.
-    fn moved(&self, from: Option<State>, to: Option<State>) {
+    fn moved(&self, labels: Labels, from: Option<State>, to: Option<State>) {
         let mut counts = lock(&self.counts);
         if let Some(i) = from.and_then(index) {
             counts[i] = counts[i].saturating_sub(1);
@@ -763,29 +766,30 @@ impl Tally {
         } else {
             State::Closed
         };
-        report::family_state(self.labels, worst);
+        report::family_state(labels, worst);
     }
 }
 
-impl Tag {
-    pub(super) fn key(&self) -> &str {
-        &self.key
+/// A member's state change: its WARN (with the key), its trip, the family's
+/// gauge.
+pub(super) fn transition(
+    labels: Labels,
+    tally: &Tally,
+    key: &str,
+    from: State,
+    to: State,
+    forced: bool,
+) {
+    report::member_transition(labels, key, from, to, forced);
+    if from != to {
+        tally.moved(labels, Some(from), Some(to));
     }
+}
 
-    /// A member's state change: its WARN (with the key), its trip, the
-    /// family's gauge.
-    pub(super) fn transition(&self, from: State, to: State, forced: bool) {
-        report::member_transition(self.tally.labels, &self.key, from, to, forced);
-        if from != to {
-            self.tally.moved(Some(from), Some(to));
-        }
-    }
-
-    /// A member dropped in `state`.
-    pub(super) fn forget(&self, state: State) {
-        if state != State::Closed {
-            self.tally.moved(Some(state), None);
-        }
+/// A member dropped in `state`.
+pub(super) fn forget(labels: Labels, tally: &Tally, state: State) {
+    if state != State::Closed {
+        tally.moved(labels, Some(state), None);
     }
 }
 
@@ -974,7 +978,16 @@ mod tests {
         open(&a);
         tokio::time::sleep(Duration::from_secs(31)).await;
         assert_eq!(a.state(), State::HalfOpen);
-        assert_eq!(family.inner.tally.count(State::HalfOpen), 1);
+        assert_eq!(
+            family
+                .inner
+                .common
+                .tally
+                .as_ref()
+                .unwrap()
+                .count(State::HalfOpen),
+            1
+        );
     }
 
     #[test]

@@ -18,7 +18,6 @@ fn half_open(probes: u32) -> CircuitBreaker {
             .with_min_requests(1)
             .with_half_open(probes),
         1,
-        None,
     );
     let closed = Word(b.inner.state.load(Acquire));
     assert!(b.inner.transition(closed, OPEN, false, 0));

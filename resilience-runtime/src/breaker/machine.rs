@@ -10,9 +10,7 @@ use super::shared;
 use super::state::{CLOSED, HALF_OPEN, OPEN, Probes, State, Word, later};
 use super::{Fleet, family, report};
 use crate::clock::duration_nanos;
-#[cfg(all(feature = "breaker-redis", not(loom)))]
-use crate::striped::sync::Arc;
-use crate::striped::sync::{AtomicU64, Ordering::*, RwLock};
+use crate::striped::sync::{Arc, AtomicU64, OnceBox, Ordering::*, RwLock};
 use crate::striped::window::{Counts, LastCalls, SlidingWindow};
 use crate::telemetry::Labels;
 
@@ -24,66 +22,154 @@ pub(super) struct Inner {
     /// around it (they count on the window's stripes), and the padding
     /// was an eighth of a breaker.
     pub(super) state: AtomicU64,
-    /// `service` and `target` (the name) of its metrics.
-    pub(super) labels: Labels,
-    /// The key and the family of a [`BreakerFamily`] member (whose name is
-    /// the family's): boxed, so that a breaker of no family pays a word.
-    pub(super) member: Option<Box<family::Tag>>,
-    pub(super) config: BreakerConfig,
-    pub(super) bucket_width: u64,
+    /// What does not change with calls: a named breaker's own, shared by
+    /// the members of a [`BreakerFamily`](super::BreakerFamily).
+    pub(super) common: Arc<Common>,
+    /// The key of a family member, `None` for a breaker of no family.
+    pub(super) key: Option<Box<str>>,
     /// Nanoseconds since `origin` at which the cooldown ends.
     pub(super) open_until: AtomicU64,
     pub(super) probes: AtomicU64,
     pub(super) window: SlidingWindow,
-    /// The failures of a count window by call number; `None` for a time
-    /// window.
-    pub(super) last_calls: Option<Box<LastCalls>>,
+    /// The breaker's own hooks, a count window's log and a shared
+    /// breaker's link, allocated when there are some.
+    more: OnceBox<More>,
+}
+
+/// What a breaker has that does not change with its calls: a named
+/// breaker's alone, one for all the members of a family (a member is then
+/// the per-call state, its key and the allocations its window makes).
+pub(super) struct Common {
+    /// `service` and `target` (the name) of its metrics.
+    pub(super) labels: Labels,
+    pub(super) config: BreakerConfig,
+    pub(super) bucket_width: u64,
+    /// The instant the breakers' clocks count from: bucket boundaries and
+    /// the ends of cooldowns are nanoseconds since then.
     pub(super) origin: Instant,
     /// `origin` in nanoseconds from the epoch rejections count from, so
     /// that a rejection's end of cooldown is an add.
     pub(super) origin_from_epoch: i64,
-    pub(super) hooks: RwLock<Vec<Hook>>,
-    /// What the breaker shares with its sync task, when shared.
+    /// Called after each state change of every breaker that shares this:
+    /// a family's [`on_state_change`](super::BreakerFamily::on_state_change).
+    hooks: RwLock<Vec<Hook>>,
+    /// A family's count of open and half-open members; `None` for a named
+    /// breaker.
+    pub(super) tally: Option<family::Tally>,
+}
+
+impl Common {
+    pub(super) fn new(
+        labels: Labels,
+        config: BreakerConfig,
+        tally: Option<family::Tally>,
+    ) -> Common {
+        let origin = Instant::now();
+        Common {
+            labels,
+            config,
+            bucket_width: config.bucket_width(),
+            origin,
+            origin_from_epoch: crate::error::nanos_from_epoch(origin),
+            hooks: RwLock::new(Vec::new()),
+            tally,
+        }
+    }
+
+    /// Adds a hook for every breaker that shares this.
+    pub(super) fn on_state_change(&self, hook: Hook) {
+        write(&self.hooks).push(hook);
+    }
+}
+
+/// Rarely there: a breaker's own hooks, a count window's log, what a
+/// shared breaker shares with its sync task.
+struct More {
+    hooks: RwLock<Vec<Hook>>,
+    /// The failures of a count window by call number; `None` for a time
+    /// window.
+    last_calls: Option<LastCalls>,
     #[cfg(all(feature = "breaker-redis", not(loom)))]
-    pub(super) shared: Option<Arc<shared::Link>>,
+    shared: Option<Arc<shared::Link>>,
+}
+
+impl More {
+    /// Whether a breaker needs it before any hook is added.
+    fn needed(&self) -> bool {
+        #[cfg(all(feature = "breaker-redis", not(loom)))]
+        if self.shared.is_some() {
+            return true;
+        }
+        self.last_calls.is_some()
+    }
+}
+
+fn read<T>(lock: &RwLock<T>) -> impl std::ops::Deref<Target = T> + '_ {
+    lock.read().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+fn write<T>(lock: &RwLock<T>) -> impl std::ops::DerefMut<Target = T> + '_ {
+    lock.write()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 impl Inner {
     /// A closed breaker with an empty window, driven by no ticker yet:
     /// its first call looks for one.
-    pub(super) fn new(
-        labels: Labels,
-        config: BreakerConfig,
-        owned: usize,
-        member: Option<Box<family::Tag>>,
-    ) -> Inner {
-        let origin = Instant::now();
+    pub(super) fn new(common: Arc<Common>, owned: usize, key: Option<Box<str>>) -> Inner {
+        let more = More {
+            hooks: RwLock::new(Vec::new()),
+            last_calls: match common.config.window() {
+                Window::Count(n) => Some(LastCalls::new(n)),
+                Window::Time(_) => None,
+            },
+            #[cfg(all(feature = "breaker-redis", not(loom)))]
+            shared: common
+                .config
+                .sharing()
+                .map(|sharing| Arc::new(shared::Link::new(sharing, common.labels))),
+        };
         Inner {
             state: AtomicU64::new(Word::INITIAL.0),
-            labels,
-            member,
-            config,
-            bucket_width: config.bucket_width(),
+            common,
+            key,
             open_until: AtomicU64::new(0),
             probes: AtomicU64::new(0),
             window: SlidingWindow::new(owned),
-            last_calls: match config.window() {
-                Window::Count(n) => Some(Box::new(LastCalls::new(n))),
-                Window::Time(_) => None,
+            more: match more.needed() {
+                true => OnceBox::with_value(Box::new(more)),
+                false => OnceBox::new(),
             },
-            origin,
-            origin_from_epoch: crate::error::nanos_from_epoch(origin),
-            hooks: RwLock::new(Vec::new()),
-            #[cfg(all(feature = "breaker-redis", not(loom)))]
-            shared: config
-                .sharing()
-                .map(|sharing| Arc::new(shared::Link::new(sharing, labels))),
         }
+    }
+
+    /// What a shared breaker shares with its sync task.
+    #[cfg(all(feature = "breaker-redis", not(loom)))]
+    pub(super) fn shared(&self) -> Option<&Arc<shared::Link>> {
+        self.more.get()?.shared.as_ref()
+    }
+
+    /// A count window's log of failures; `None` for a time window.
+    fn last_calls(&self) -> Option<&LastCalls> {
+        self.more.get()?.last_calls.as_ref()
+    }
+
+    /// Adds a hook for this breaker alone.
+    pub(super) fn on_state_change(&self, hook: Hook) {
+        let more = self.more.get_or_init(|| {
+            Box::new(More {
+                hooks: RwLock::new(Vec::new()),
+                last_calls: None,
+                #[cfg(all(feature = "breaker-redis", not(loom)))]
+                shared: None,
+            })
+        });
+        write(&more.hooks).push(hook);
     }
 
     pub(super) fn fleet(&self) -> Fleet {
         #[cfg(all(feature = "breaker-redis", not(loom)))]
-        if let Some(link) = &self.shared {
+        if let Some(link) = self.shared() {
             return link.fleet();
         }
         Fleet::Off
@@ -98,14 +184,14 @@ impl Inner {
 
     /// Nanoseconds on tokio's clock since the breaker was created.
     pub(super) fn now(&self) -> u64 {
-        duration_nanos(Instant::now().saturating_duration_since(self.origin))
+        duration_nanos(Instant::now().saturating_duration_since(self.common.origin))
     }
 
     /// Moves a time window to the bucket of `now` (a count window keeps
     /// its calls in `last_calls`, and has no buckets to move).
     pub(super) fn rotate(&self, now: u64, totals: Counts) {
-        if let Window::Time(_) = self.config.window() {
-            self.window.rotate(now / self.bucket_width, totals);
+        if let Window::Time(_) = self.common.config.window() {
+            self.window.rotate(now / self.common.bucket_width, totals);
         }
     }
 
@@ -115,8 +201,8 @@ impl Inner {
         // The stripes are summed only for a rotation: most calls that read
         // the clock find the bucket unchanged, and summing reads the cache
         // line of every other thread that counts.
-        if let Window::Time(_) = self.config.window()
-            && now / self.bucket_width > self.window.epoch()
+        if let Window::Time(_) = self.common.config.window()
+            && now / self.common.bucket_width > self.window.epoch()
         {
             self.rotate(now, self.window.totals());
         }
@@ -135,7 +221,7 @@ impl Inner {
         if word.generation() != generation {
             return;
         }
-        let counts = match self.config.window() {
+        let counts = match self.common.config.window() {
             Window::Time(_) => {
                 // Calls before this one belong to the buckets they were
                 // made in.
@@ -146,7 +232,7 @@ impl Inner {
             Window::Count(_) => {
                 self.window.add(failed, slow);
                 let number = self.window.totals().calls;
-                match &self.last_calls {
+                match self.last_calls() {
                     Some(last) => last.record(number, failed, slow),
                     None => Counts::default(),
                 }
@@ -163,7 +249,7 @@ impl Inner {
     /// The counts of the window now.
     pub(super) fn counts(&self) -> Counts {
         let totals = self.window.totals();
-        match &self.last_calls {
+        match self.last_calls() {
             None => self.window.counts(totals),
             Some(last) => last.counts(totals.calls),
         }
@@ -172,13 +258,13 @@ impl Inner {
     /// Empties the window, as every new state period starts.
     fn clear_window(&self) {
         self.window.clear();
-        if let Some(last) = &self.last_calls {
+        if let Some(last) = self.last_calls() {
             last.clear(self.window.totals().calls);
         }
     }
 
     fn should_trip(&self, counts: Counts) -> bool {
-        let config = &self.config;
+        let config = &self.common.config;
         if counts.calls < u64::from(config.min_requests()) {
             return false;
         }
@@ -225,11 +311,11 @@ impl Inner {
     /// in flight or succeeded.
     fn probe_limit(&self, generation: u32) -> u32 {
         #[cfg(all(feature = "breaker-redis", not(loom)))]
-        if let Some(link) = &self.shared {
-            return link.probe_limit(generation, self.config.half_open());
+        if let Some(link) = self.shared() {
+            return link.probe_limit(generation, self.common.config.half_open());
         }
         let _ = generation;
-        self.config.half_open()
+        self.common.config.half_open()
     }
 
     /// Frees a probe's slot; `Some(success)` when it completed, `None` when
@@ -241,7 +327,7 @@ impl Inner {
         {
             // The half-open period's own counts, for the snapshot.
             self.window.add(!succeeded, false);
-            if let Some(last) = &self.last_calls {
+            if let Some(last) = self.last_calls() {
                 last.record(self.window.totals().calls, !succeeded, false);
             }
         }
@@ -271,7 +357,7 @@ impl Inner {
         let word = Word(self.state.load(Acquire));
         if success == Some(true)
             && half_open(word)
-            && u32::from(after.successes()) >= self.config.half_open()
+            && u32::from(after.successes()) >= self.common.config.half_open()
         {
             self.transition(word, CLOSED, false, 0);
         }
@@ -291,7 +377,7 @@ impl Inner {
         let until = if forced {
             u64::MAX
         } else {
-            now.saturating_add(duration_nanos(self.config.cooldown()))
+            now.saturating_add(duration_nanos(self.common.config.cooldown()))
         };
         self.transition_until(from, to, forced, until)
     }
@@ -343,20 +429,25 @@ impl Inner {
         };
         let (from_state, to_state) = (before.state(), Word(to).state());
         #[cfg(all(feature = "breaker-redis", not(loom)))]
-        if let Some(link) = &self.shared {
+        if let Some(link) = self.shared() {
             link.wake();
         }
-        match &self.member {
-            None => report::breaker_transition(self.labels, from_state, to_state, forced),
-            Some(member) => member.transition(from_state, to_state, forced),
+        let common = &*self.common;
+        match (&self.key, &common.tally) {
+            (Some(key), Some(tally)) => {
+                family::transition(common.labels, tally, key, from_state, to_state, forced)
+            }
+            _ => report::breaker_transition(common.labels, from_state, to_state, forced),
         }
         if from_state != to_state {
-            let hooks = self
-                .hooks
-                .read()
-                .unwrap_or_else(|poisoned| poisoned.into_inner());
-            for hook in hooks.iter() {
-                hook(self.labels.target(), from_state, to_state);
+            let name = common.labels.target();
+            for hook in read(&common.hooks).iter() {
+                hook(name, from_state, to_state);
+            }
+            if let Some(more) = self.more.get() {
+                for hook in read(&more.hooks).iter() {
+                    hook(name, from_state, to_state);
+                }
             }
         }
         true
@@ -367,8 +458,12 @@ impl Drop for Inner {
     fn drop(&mut self) {
         // A member dropped open (evicted members are closed, but a caller
         // may have kept a handle to one) leaves its family's tally.
-        if let Some(member) = &self.member {
-            member.forget(Word(self.state.load(Acquire)).state());
+        if let (Some(_), Some(tally)) = (&self.key, &self.common.tally) {
+            family::forget(
+                self.common.labels,
+                tally,
+                Word(self.state.load(Acquire)).state(),
+            );
         }
     }
 }

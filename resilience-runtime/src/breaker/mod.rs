@@ -200,7 +200,7 @@ pub use family::{BreakerFamily, FamilyConfig, FamilyKey, MAX_MEMBERS};
 pub use permit::Permit;
 pub use state::State;
 
-use self::machine::Inner;
+use self::machine::{Common, Inner};
 use self::state::{CLOSED, HALF_OPEN, OPEN, Probes, Word};
 use self::sync::{Arc, Ordering::*};
 use crate::clock::duration_nanos;
@@ -208,10 +208,6 @@ use crate::deadline;
 use crate::error::{ConfigError, DependencyDown, Error};
 use crate::retry::{ByClassify, Classify, FromRuntimeError, Outcome, When};
 use crate::telemetry::Labels;
-
-/// A hook given once and attached to many breakers (a family's members).
-// `std`'s `Arc` under loom too: hooks are outside the model.
-pub(crate) type SharedHook = std::sync::Arc<dyn Fn(&'static str, State, State) + Send + Sync>;
 
 /// Whether a shared breaker follows its fleet right now, from
 /// [`CircuitBreaker::snapshot`](super::CircuitBreaker::snapshot).
@@ -368,39 +364,39 @@ impl CircuitBreaker {
             Labels::new(service, name),
             config,
             owner::OWNED,
-            None,
         ))
     }
 
-    fn with_stripes(
-        labels: Labels,
-        config: BreakerConfig,
-        owned: usize,
-        member: Option<Box<family::Tag>>,
-    ) -> Self {
-        // A member's gauge is its family's, set by the family.
-        if member.is_none() {
-            report::breaker_created(labels, State::Closed);
-        }
+    fn with_stripes(labels: Labels, config: BreakerConfig, owned: usize) -> Self {
+        report::breaker_created(labels, State::Closed);
+        let common = Arc::new(Common::new(labels, config, None));
         CircuitBreaker {
-            inner: Arc::new(Inner::new(labels, config, owned, member)),
+            inner: Arc::new(Inner::new(common, owned, None)),
+        }
+    }
+
+    /// A member of the family `common` belongs to, keyed `key`; its gauge
+    /// is the family's.
+    fn member(common: Arc<Common>, key: &str) -> Self {
+        CircuitBreaker {
+            inner: Arc::new(Inner::new(common, owner::OWNED, Some(key.into()))),
         }
     }
 
     /// The breaker's name; a [`BreakerFamily`] member's is its family's.
     pub fn name(&self) -> &'static str {
-        self.inner.labels.target()
+        self.inner.common.labels.target()
     }
 
     /// The key of a [`BreakerFamily`] member, `None` for a breaker of no
     /// family.
     pub fn key(&self) -> Option<&str> {
-        self.inner.member.as_deref().map(family::Tag::key)
+        self.inner.key.as_deref()
     }
 
     /// The configuration the breaker runs with (fixed at creation).
     pub fn config(&self) -> &BreakerConfig {
-        &self.inner.config
+        &self.inner.common.config
     }
 
     /// The current state. An open breaker whose cooldown is over reads
@@ -520,13 +516,14 @@ impl CircuitBreaker {
     #[inline]
     fn reject(&self, word: Word) -> DependencyDown {
         self.on_outcome(Fate::Rejected);
-        let down = DependencyDown::new(self.inner.labels.target(), word.rejection());
+        let down = DependencyDown::new(self.inner.common.labels.target(), word.rejection());
         if word.cooling_down() {
             // The end of the cooldown, for `DependencyDown::retry_after`:
             // a load and an add, no clock read.
             let until = self.inner.open_until.load(Acquire);
             let until = i64::try_from(until).unwrap_or(i64::MAX);
-            return down.reopening_from_epoch(self.inner.origin_from_epoch.saturating_add(until));
+            return down
+                .reopening_from_epoch(self.inner.common.origin_from_epoch.saturating_add(until));
         }
         down
     }
@@ -557,7 +554,7 @@ impl CircuitBreaker {
             Fate::Cancelled(Admission::Probe(generation)) => {
                 self.inner.settle_probe(generation, None)
             }
-            Fate::Rejected => report::breaker_rejected(self.inner.labels),
+            Fate::Rejected => report::breaker_rejected(self.inner.common.labels),
             Fate::Cancelled(Admission::Closed(_)) => {}
         }
     }
@@ -586,7 +583,7 @@ impl CircuitBreaker {
             }
             // A shared breaker waits for a runtime: its sync task needs one.
             #[cfg(feature = "breaker-redis")]
-            if self.inner.shared.is_some() {
+            if self.inner.shared().is_some() {
                 return;
             }
             if thread_ticker::running()
@@ -615,11 +612,7 @@ impl CircuitBreaker {
     where
         F: Fn(&'static str, State, State) + Send + Sync + 'static,
     {
-        self.inner
-            .hooks
-            .write()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .push(Box::new(hook));
+        self.inner.on_state_change(Box::new(hook));
     }
 
     /// Opens the breaker until [`force_closed`](Self::force_closed) or
@@ -655,7 +648,7 @@ impl CircuitBreaker {
             .cooling_down()
             .then(|| Duration::from_nanos(inner.open_until.load(Acquire).saturating_sub(now)));
         Snapshot {
-            name: inner.labels.target(),
+            name: inner.common.labels.target(),
             state: word.state(),
             forced: word.forced(),
             calls: counts.calls,
@@ -681,11 +674,11 @@ impl fmt::Debug for CircuitBreaker {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let word = Word(self.inner.state.load(Relaxed));
         f.debug_struct("CircuitBreaker")
-            .field("name", &self.inner.labels.target())
+            .field("name", &self.inner.common.labels.target())
             .field("key", &self.key())
             .field("state", &word.state())
             .field("forced", &word.forced())
-            .field("config", &self.inner.config)
+            .field("config", &self.inner.common.config)
             .finish_non_exhaustive()
     }
 }

@@ -75,7 +75,7 @@ impl Permit<'_> {
         match self.breaker.admit() {
             Ok(admission) => {
                 self.admission = admission.pack();
-                if self.breaker.inner.config.slow_call().is_some() {
+                if self.breaker.inner.common.config.slow_call().is_some() {
                     self.started = self.breaker.inner.now();
                     self.admission |= TIMED;
                 }
@@ -120,7 +120,7 @@ impl Permit<'_> {
                 return Poll::Ready(result);
             }
             let armed = cut.get_or_insert_with(|| {
-                Box::pin(Cut::of(&self.breaker.inner.config, self.admission))
+                Box::pin(Cut::of(&self.breaker.inner.common.config, self.admission))
             });
             let by = armed.by;
             ready!(armed.as_mut().project().sleep.poll(cx));
@@ -163,7 +163,7 @@ pub(super) fn settle_rest(breaker: &CircuitBreaker, packed: u64, started: u64, f
         return;
     };
     let inner = &*breaker.inner;
-    let slow = match inner.config.slow_call() {
+    let slow = match inner.common.config.slow_call() {
         Some(rule) if packed & TIMED != 0 => {
             inner.now().saturating_sub(started) >= duration_nanos(rule.threshold)
         }
@@ -195,7 +195,7 @@ impl Drop for Permit<'_> {
 impl fmt::Debug for Permit<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Permit")
-            .field("breaker", &self.breaker.inner.labels.target())
+            .field("breaker", &self.breaker.inner.common.labels.target())
             .field("admission", &Admission::unpack(self.admission))
             .finish()
     }

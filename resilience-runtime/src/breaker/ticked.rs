@@ -14,7 +14,7 @@ impl Ticked for Inner {
         &self.state
     }
     fn origin(&self) -> Instant {
-        self.origin
+        self.common.origin
     }
     fn maintain(&self, now: u64) {
         Inner::maintain(self, now);
@@ -29,10 +29,11 @@ impl Inner {
     /// the cooldown, and in any case before a cooldown that starts now
     /// could end.
     fn next_breaker_event(&self, now: u64) -> u64 {
-        let cooldown = crate::clock::duration_nanos(self.config.cooldown());
+        let cooldown = crate::clock::duration_nanos(self.common.config.cooldown());
         let mut next = now.saturating_add((cooldown / 2).max(EARLY));
-        if let Window::Time(_) = self.config.window() {
-            next = next.min((now / self.bucket_width + 1).saturating_mul(self.bucket_width));
+        if let Window::Time(_) = self.common.config.window() {
+            next = next
+                .min((now / self.common.bucket_width + 1).saturating_mul(self.common.bucket_width));
         }
         let word = Word(self.state.load(Acquire));
         if word.cooling_down() {

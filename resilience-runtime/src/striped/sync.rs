@@ -3,12 +3,12 @@
 #[cfg(loom)]
 pub(crate) use loom::sync::{
     Arc, RwLock,
-    atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering},
+    atomic::{AtomicBool, AtomicU8, AtomicU64, AtomicUsize, Ordering},
 };
 #[cfg(not(loom))]
 pub(crate) use std::sync::{
     Arc, RwLock,
-    atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering},
+    atomic::{AtomicBool, AtomicU8, AtomicU64, AtomicUsize, Ordering},
 };
 
 #[cfg(loom)]
@@ -37,6 +37,12 @@ mod once_box {
         pub(crate) fn new() -> Self {
             OnceBox {
                 inner: AtomicPtr::new(ptr::null_mut()),
+            }
+        }
+
+        pub(crate) fn with_value(value: Box<T>) -> Self {
+            OnceBox {
+                inner: AtomicPtr::new(Box::into_raw(value)),
             }
         }
 

@@ -25,16 +25,17 @@
 
 use super::BUCKETS;
 use super::owner::{self, OWNED};
-use super::sync::{AtomicBool, AtomicU64, AtomicUsize, OnceBox, Ordering::*};
+use super::sync::{AtomicBool, AtomicU8, AtomicU64, OnceBox, Ordering::*};
 use std::collections::VecDeque;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
 /// The owned stripes of a window with one per owning thread.
 pub(crate) const OWNED_STRIPES: usize = OWNED;
 
-/// No thread has counted on the window yet. Not a slot, nor
-/// [`owner::NONE`], nor a retired thread's mark.
-const HOMELESS: usize = usize::MAX - 2;
+/// No thread has counted on the window yet: not a slot (below [`OWNED`]),
+/// and as a `usize` neither [`owner::NONE`] nor a retired thread's mark.
+const HOMELESS: u8 = u8::MAX;
+const _: () = assert!(OWNED < HOMELESS as usize);
 
 /// Counts of the calls in a window.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -147,11 +148,11 @@ pub(crate) struct SlidingWindow {
     /// The counts of the thread in slot `home`, until another thread counts.
     first: Counters,
     /// The slot of the first thread that counted, or [`HOMELESS`].
-    home: AtomicUsize,
+    home: AtomicU8,
     /// Allocated when a thread other than `home`'s counts.
     stripes: OnceBox<Stripes>,
-    /// The slots below this one have a stripe.
-    owned: usize,
+    /// The slots below this one have a stripe (at most [`OWNED`]).
+    owned: u8,
     /// The base of calls of each bucket.
     calls: [AtomicU64; BUCKETS],
     /// The bases of failures and slow calls; absent while all are zero.
@@ -169,9 +170,9 @@ impl SlidingWindow {
     pub(crate) fn new(owned: usize) -> SlidingWindow {
         SlidingWindow {
             first: Counters::new(),
-            home: AtomicUsize::new(HOMELESS),
+            home: AtomicU8::new(HOMELESS),
             stripes: OnceBox::new(),
-            owned: owned.clamp(1, OWNED),
+            owned: owned.clamp(1, OWNED) as u8,
             calls: std::array::from_fn(|_| AtomicU64::new(0)),
             rest: OnceBox::new(),
             epoch: AtomicU64::new(0),
@@ -179,12 +180,17 @@ impl SlidingWindow {
         }
     }
 
+    #[inline(always)]
+    fn owned(&self) -> usize {
+        usize::from(self.owned)
+    }
+
     /// The counters the thread in `slot` writes alone, if it has them.
     #[inline(always)]
     fn mine(&self, slot: usize) -> Option<&Counters> {
         match self.stripes.get() {
-            None => (self.home.load(Relaxed) == slot).then_some(&self.first),
-            Some(stripes) if slot < self.owned => stripes.owned.get(slot).map(|s| &s.0),
+            None => (usize::from(self.home.load(Relaxed)) == slot).then_some(&self.first),
+            Some(stripes) if slot < self.owned() => stripes.owned.get(slot).map(|s| &s.0),
             Some(_) => None,
         }
     }
@@ -223,25 +229,27 @@ impl SlidingWindow {
     /// them), on its own or, without a slot, on the shared one.
     #[cold]
     fn add_unowned(&self, slot: usize, failed: bool, slow: bool) {
-        let slot = match slot < self.owned {
+        let owned = self.owned();
+        let slot = match slot < owned {
             true => slot,
             false => owner::claim()
-                .filter(|&claimed| claimed < self.owned)
+                .filter(|&claimed| claimed < owned)
                 .unwrap_or(slot),
         };
-        if slot < self.owned && self.stripes.get().is_none() {
+        if slot < owned && self.stripes.get().is_none() {
             // `Relaxed`: only the owner of `slot` writes `first` while it is
             // home, and slots change hands with `Acquire`/`Release`.
-            match self.home.compare_exchange(HOMELESS, slot, Relaxed, Relaxed) {
+            let mine = slot as u8;
+            match self.home.compare_exchange(HOMELESS, mine, Relaxed, Relaxed) {
                 Ok(_) => return self.first.count(failed, slow),
                 // Home already: a slot freed by the first thread, claimed
                 // just now.
-                Err(home) if home == slot => return self.first.count(failed, slow),
+                Err(home) if home == mine => return self.first.count(failed, slow),
                 Err(_) => {}
             }
         }
         let stripes = self.stripes.get_or_init(|| Box::new(Stripes::new()));
-        match stripes.owned.get(slot).filter(|_| slot < self.owned) {
+        match stripes.owned.get(slot).filter(|_| slot < owned) {
             Some(stripe) => stripe.0.count(failed, slow),
             None => stripes.shared.0.count_shared(failed, slow),
         }

@@ -37,7 +37,7 @@ const STATE_TTL: Duration = Duration::from_secs(24 * 3600);
 
 /// Starts the sync task of `inner` on `handle`, unless one runs.
 pub(in crate::breaker) fn start(inner: &Arc<Inner>, handle: &Handle) {
-    let Some(link) = inner.shared.as_deref() else {
+    let Some(link) = inner.shared().map(|link| &**link) else {
         return;
     };
     if link.syncing.swap(true, AcqRel) {
@@ -59,7 +59,7 @@ impl Drop for Syncing {
             .0
             .upgrade()
             .as_deref()
-            .and_then(|i| i.shared.as_deref())
+            .and_then(|i| i.shared().map(|link| &**link))
         {
             link.syncing.store(false, Release);
         }
@@ -67,7 +67,7 @@ impl Drop for Syncing {
 }
 
 async fn run(guard: Syncing, mut engine: Engine) {
-    let Some(link) = guard.0.upgrade().and_then(|inner| inner.shared.clone()) else {
+    let Some(link) = guard.0.upgrade().and_then(|inner| inner.shared().cloned()) else {
         return;
     };
     loop {
@@ -156,7 +156,7 @@ impl Engine {
         let mut next = started + interval;
         let word = Word(inner.state.load(Acquire));
         let totals = inner.window.totals();
-        let window = Duration::from_nanos(inner.bucket_width.saturating_mul(BUCKETS as u64));
+        let window = Duration::from_nanos(inner.common.bucket_width.saturating_mul(BUCKETS as u64));
         if started.saturating_duration_since(self.answered) > window {
             // Counts older than the window are no news to the fleet.
             self.sent = totals;
@@ -183,13 +183,13 @@ impl Engine {
             && word.kind() != CLOSED
             && self.grant.is_none()
             && (opened || self.published.is_some_and(|g| follows(word, g)));
-        let config = &inner.config;
+        let config = &inner.common.config;
         let mut invocation = script::SYNC.key(&link.prefix);
         invocation
             .arg(delta.calls)
             .arg(delta.failures)
             .arg(delta.slow)
-            .arg((inner.bucket_width / 1_000_000).max(1))
+            .arg((inner.common.bucket_width / 1_000_000).max(1))
             .arg(BUCKETS)
             .arg(config.min_requests())
             .arg(config.failure_ratio())
@@ -231,7 +231,7 @@ impl Engine {
         };
         tracing::debug!(
             target: "resilience",
-            breaker = inner.labels.target(),
+            breaker = inner.common.labels.target(),
             calls = reply.counts.calls,
             failures = reply.counts.failures,
             slow = reply.counts.slow,
@@ -254,12 +254,12 @@ impl Engine {
         }
         self.follow(inner, link, word, reply);
         if !link.joined.swap(true, AcqRel) {
-            crate::breaker::report::breaker_shared_fallback(inner.labels, false);
+            crate::breaker::report::breaker_shared_fallback(inner.common.labels, false);
             if self.warned {
                 tracing::warn!(
                     target: "resilience",
-                    service = inner.labels.service(),
-                    breaker = inner.labels.target(),
+                    service = inner.common.labels.service(),
+                    breaker = inner.common.labels.target(),
                     "Redis answers again: the shared circuit breaker follows its fleet again"
                 );
                 self.warned = false;
@@ -291,7 +291,7 @@ impl Engine {
             && idle
             && word.is_half_open()
             && word.generation() == grant.local
-            && grant.at.elapsed() >= inner.config.probe_timeout();
+            && grant.at.elapsed() >= inner.common.config.probe_timeout();
         (ok, opening, release)
     }
 
@@ -314,15 +314,15 @@ impl Engine {
         if !self.warned {
             tracing::warn!(
                 target: "resilience",
-                service = inner.labels.service(),
-                breaker = inner.labels.target(),
+                service = inner.common.labels.service(),
+                breaker = inner.common.labels.target(),
                 error = %err,
                 "Redis does not answer: the shared circuit breaker decides alone until it does"
             );
             self.warned = true;
         }
         if was_joined {
-            crate::breaker::report::breaker_shared_fallback(inner.labels, true);
+            crate::breaker::report::breaker_shared_fallback(inner.common.labels, true);
         }
     }
 
