@@ -522,8 +522,9 @@ fn family(c: &mut Criterion) {
     let heap = LIVE_BYTES.load(Relaxed) - before;
     assert_eq!(family.len() as u64, n);
     println!(
-        "a family of {n} members: {heap} bytes of heap, {} each (the breaker, its key twice, \
-         its place in the key table sized for twice the cap and in the ring); filled in {:.2} s",
+        "a family of {n} members: {heap} bytes of heap, {} each (the breaker's state and window, \
+         its key, its place in the ring and its share of the key table, sized for twice the cap); \
+         filled in {:.2} s",
         heap / family.len(),
         filled.as_secs_f64(),
     );

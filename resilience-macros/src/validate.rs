@@ -346,7 +346,7 @@ fn family(args: &BreakerArgs, errors: &mut Errors) {
         && (max.get() == 0 || max.get() > MAX_MEMBERS)
     {
         errors.push(max.error(format!(
-                "`max_members = {}` is outside 1 to {MAX_MEMBERS}: it caps how many breakers the family holds at once, each about 1 KiB\n  = help: the default is 1000",
+                "`max_members = {}` is outside 1 to {MAX_MEMBERS}: it caps how many breakers the family holds at once, each 250 B to 1 KiB\n  = help: the default is 1000",
                 max.get()
             )));
     }

@@ -49,8 +49,8 @@ pub const MIN_WINDOW: Duration = Duration::from_millis(10);
 /// The shortest `cooldown`, `probe_timeout` and `call_timeout` of a breaker.
 pub const MIN_BREAKER_TIMEOUT: Duration = Duration::from_millis(1);
 
-/// The most members a family of breakers may be given (about 1 GiB of
-/// breakers).
+/// The most members a family of breakers may be given (250 MB of breakers
+/// at rest, at most 1 GiB).
 pub const MAX_MEMBERS: u32 = 1_000_000;
 
 /// The shortest `idle` of a family's member.

@@ -18,8 +18,8 @@ use crate::clock::duration_nanos;
 use crate::error::ConfigError;
 use crate::telemetry::Labels;
 
-/// The most members a family may be given: 1,000,000 (about 1 GiB of
-/// breakers).
+/// The most members a family may be given: 1,000,000 (250 MB of breakers
+/// at rest, at most 1 GiB).
 pub const MAX_MEMBERS: u32 = resilience_rules::limits::MAX_MEMBERS;
 
 // The shortest and the longest `idle`: a second, a day (shared with the
@@ -120,7 +120,7 @@ impl FamilyConfig {
                 WHAT,
                 "max_members",
                 self.max_members,
-                "a family holds 1 to 1000000 members (each about 1 KiB); the default is 1000",
+                "a family holds 1 to 1000000 members (each 250 B to 1 KiB); the default is 1000",
             ));
         }
         if self.idle < MIN_IDLE || self.idle > MAX_IDLE {
@@ -264,9 +264,13 @@ fn with_displayed<R>(value: &impl fmt::Display, f: impl FnOnce(&str) -> R) -> R 
 ///
 /// # Memory and eviction
 ///
-/// A family holds at most `max_members` members (default 1,000), each a
-/// breaker of about 1 KiB plus its key, so its memory stays bounded
-/// whatever keys its callers make up. A known key costs a clock read, a
+/// A family holds at most `max_members` members (default 1,000), so its
+/// memory stays bounded whatever keys its callers make up. A member is
+/// about 250 bytes with its key while it is called from one thread and has
+/// no failure in its window; 160 more once one is, 320 more once a second
+/// thread calls it (its own counters on a cache line per thread): at most
+/// 1 KiB. What does not change with calls (configuration, labels, hooks) is
+/// the family's, kept once. A known key costs a clock read, a
 /// read lock and a hash; a new key is admitted under the write lock in
 /// O(1): it looks at no more than 64 members, whatever the family's size
 /// (`BENCHMARKS.md` has the figures at 1,000,000 members).
@@ -421,13 +425,18 @@ impl BreakerFamily {
             .map_err(|err| err.with_subject(format!("breaker family `{name}`")))?;
         let labels = Labels::new(service, name);
         report::breaker_created(labels, State::Closed);
-        let tally = Tally {
+        let wide = FamilyWide {
             counts: Mutex::new([0; 3]),
+            hooks: std::sync::RwLock::new(Vec::new()),
         };
         Ok(BreakerFamily {
             inner: Arc::new(Family {
                 config,
-                common: super::sync::Arc::new(Common::new(labels, config.breaker, Some(tally))),
+                common: super::sync::Arc::new(Common::new(
+                    labels,
+                    config.breaker,
+                    Some(Box::new(wide)),
+                )),
                 members: RwLock::new(Members::default()),
                 full: AtomicBool::new(false),
             }),
@@ -489,8 +498,8 @@ impl BreakerFamily {
     /// How many members are open now, with the breakers the family gave
     /// out without keeping them (when full) while they live.
     pub fn open_members(&self) -> usize {
-        let tally = self.inner.common.tally.as_ref();
-        tally.map_or(0, |tally| tally.count(State::Open))
+        let family = self.inner.common.family.as_deref();
+        family.map_or(0, |family| family.count(State::Open))
     }
 
     /// Registers `hook`, called with `(name, from, to)` after each state
@@ -500,7 +509,9 @@ impl BreakerFamily {
     where
         F: Fn(&'static str, State, State) + Send + Sync + 'static,
     {
-        self.inner.common.on_state_change(Box::new(hook));
+        if let Some(family) = self.inner.common.family.as_deref() {
+            write(&family.hooks).push(Box::new(hook));
+        }
     }
 }
 
@@ -730,10 +741,13 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-/// How many members are in each state, for the family's gauge.
-pub(super) struct Tally {
+/// What the members of a family share beyond their configuration: the
+/// family's hooks and how many members are in each state, for its gauge.
+pub(super) struct FamilyWide {
     /// Closed (unused: members are not counted closed), half-open, open.
     counts: Mutex<[usize; 3]>,
+    /// Called after each state change of every member.
+    hooks: RwLock<Vec<super::machine::Hook>>,
 }
 
 fn index(state: State) -> Option<usize> {
@@ -744,7 +758,11 @@ fn index(state: State) -> Option<usize> {
     }
 }
 
-impl Tally {
+fn write<T>(lock: &RwLock<T>) -> std::sync::RwLockWriteGuard<'_, T> {
+    lock.write().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl FamilyWide {
     fn count(&self, state: State) -> usize {
         index(state).map_or(0, |i| lock(&self.counts)[i])
     }
@@ -768,28 +786,36 @@ impl Tally {
         };
         report::family_state(labels, worst);
     }
-}
 
-/// A member's state change: its WARN (with the key), its trip, the family's
-/// gauge.
-pub(super) fn transition(
-    labels: Labels,
-    tally: &Tally,
-    key: &str,
-    from: State,
-    to: State,
-    forced: bool,
-) {
-    report::member_transition(labels, key, from, to, forced);
-    if from != to {
-        tally.moved(labels, Some(from), Some(to));
+    /// A member's state change: its WARN (with the key), its trip, the
+    /// family's gauge.
+    pub(super) fn transition(
+        &self,
+        labels: Labels,
+        key: &str,
+        from: State,
+        to: State,
+        forced: bool,
+    ) {
+        report::member_transition(labels, key, from, to, forced);
+        if from != to {
+            self.moved(labels, Some(from), Some(to));
+        }
     }
-}
 
-/// A member dropped in `state`.
-pub(super) fn forget(labels: Labels, tally: &Tally, state: State) {
-    if state != State::Closed {
-        tally.moved(labels, Some(state), None);
+    /// Calls the family's hooks after a member's change of state.
+    pub(super) fn run_hooks(&self, name: &'static str, from: State, to: State) {
+        let hooks = self.hooks.read().unwrap_or_else(PoisonError::into_inner);
+        for hook in hooks.iter() {
+            hook(name, from, to);
+        }
+    }
+
+    /// A member dropped in `state`.
+    pub(super) fn forget(&self, labels: Labels, state: State) {
+        if state != State::Closed {
+            self.moved(labels, Some(state), None);
+        }
     }
 }
 
@@ -982,7 +1008,7 @@ mod tests {
             family
                 .inner
                 .common
-                .tally
+                .family
                 .as_ref()
                 .unwrap()
                 .count(State::HalfOpen),

@@ -50,19 +50,16 @@ pub(super) struct Common {
     /// `origin` in nanoseconds from the epoch rejections count from, so
     /// that a rejection's end of cooldown is an add.
     pub(super) origin_from_epoch: i64,
-    /// Called after each state change of every breaker that shares this:
-    /// a family's [`on_state_change`](super::BreakerFamily::on_state_change).
-    hooks: RwLock<Vec<Hook>>,
-    /// A family's count of open and half-open members; `None` for a named
+    /// A family's hooks and count of open members; `None` for a named
     /// breaker.
-    pub(super) tally: Option<family::Tally>,
+    pub(super) family: Option<Box<family::FamilyWide>>,
 }
 
 impl Common {
     pub(super) fn new(
         labels: Labels,
         config: BreakerConfig,
-        tally: Option<family::Tally>,
+        family: Option<Box<family::FamilyWide>>,
     ) -> Common {
         let origin = Instant::now();
         Common {
@@ -71,14 +68,8 @@ impl Common {
             bucket_width: config.bucket_width(),
             origin,
             origin_from_epoch: crate::error::nanos_from_epoch(origin),
-            hooks: RwLock::new(Vec::new()),
-            tally,
+            family,
         }
-    }
-
-    /// Adds a hook for every breaker that shares this.
-    pub(super) fn on_state_change(&self, hook: Hook) {
-        write(&self.hooks).push(hook);
     }
 }
 
@@ -433,16 +424,17 @@ impl Inner {
             link.wake();
         }
         let common = &*self.common;
-        match (&self.key, &common.tally) {
-            (Some(key), Some(tally)) => {
-                family::transition(common.labels, tally, key, from_state, to_state, forced)
+        let family = common.family.as_deref();
+        match (&self.key, family) {
+            (Some(key), Some(family)) => {
+                family.transition(common.labels, key, from_state, to_state, forced)
             }
             _ => report::breaker_transition(common.labels, from_state, to_state, forced),
         }
         if from_state != to_state {
             let name = common.labels.target();
-            for hook in read(&common.hooks).iter() {
-                hook(name, from_state, to_state);
+            if let Some(family) = family {
+                family.run_hooks(name, from_state, to_state);
             }
             if let Some(more) = self.more.get() {
                 for hook in read(&more.hooks).iter() {
@@ -458,12 +450,8 @@ impl Drop for Inner {
     fn drop(&mut self) {
         // A member dropped open (evicted members are closed, but a caller
         // may have kept a handle to one) leaves its family's tally.
-        if let (Some(_), Some(tally)) = (&self.key, &self.common.tally) {
-            family::forget(
-                self.common.labels,
-                tally,
-                Word(self.state.load(Acquire)).state(),
-            );
+        if let (Some(_), Some(family)) = (&self.key, self.common.family.as_deref()) {
+            family.forget(self.common.labels, Word(self.state.load(Acquire)).state());
         }
     }
 }

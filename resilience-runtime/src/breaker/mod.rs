@@ -146,8 +146,8 @@
 //!
 //! # Cost
 //!
-//! The closed path reads one shared word and adds one to a counter of a
-//! stripe only the calling thread writes, with a plain store: no lock, no
+//! The closed path reads one shared word and adds one to a counter only
+//! the calling thread writes, with a plain store: no lock, no
 //! locked instruction, no allocation and no clock read. An open
 //! breaker rejects with one load. Time is tokio's clock, read only on the
 //! slow paths (failures, transitions) and by one small ticker task per

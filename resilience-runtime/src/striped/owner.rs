@@ -21,7 +21,8 @@ use super::sync::{AtomicUsize, Ordering::*};
 /// How many threads own a stripe at once: the owned stripes of every
 /// window. Four, whatever the number of cores: a service has more threads
 /// than cores (the runtime's workers, its main thread, blocking threads),
-/// and five stripes of a cache line each keep a breaker within 1 KiB.
+/// and five stripes of a cache line each (allocated when a second thread
+/// counts) keep a breaker within 1 KiB.
 pub(crate) const OWNED: usize = 4;
 
 /// A thread with no slot: it writes the shared stripe.

@@ -11,17 +11,18 @@
 //! do not fight over a cache line. Memory comes only when it is needed:
 //!
 //! - the first thread to count (its slot becomes the window's `home`)
-//!   counts on three counters inside the window itself, 24 bytes;
+//!   counts its calls on a counter inside the window itself;
 //! - when any other thread counts, the window allocates a stripe of a cache
 //!   line per owning thread and one the others share (320 bytes), and from
 //!   then on every thread counts on the stripes, the first one included;
-//! - the bases of failures and slow calls (160 bytes) are allocated when a
-//!   base first records one; until then they are all zero.
+//! - failures and slow calls come with what they need (176 bytes: the
+//!   first thread's counts of them, and their bases), allocated at the
+//!   first one; until then they are all zero.
 //!
 //! So a breaker called from one thread that has not yet failed keeps its
-//! window in 200 bytes, where the stripes and bases took 560 before; a
-//! breaker called from many threads gets the same stripes as ever, and
-//! counts as fast.
+//! window in 120 bytes, where it took 592 with its stripes when they were
+//! allocated up front; a breaker called from many threads gets the same
+//! stripes as ever, and counts as fast.
 
 use super::BUCKETS;
 use super::owner::{self, OWNED};
@@ -136,17 +137,33 @@ impl Stripes {
     }
 }
 
-/// The bases of failures and slow calls, one per bucket.
+/// What a window needs once it sees a failure or a slow call: the first
+/// thread's counts of them, and their bases, one per bucket.
 #[derive(Debug)]
 struct Rest {
+    /// Written by the thread in the window's home slot alone.
+    first_failures: AtomicU64,
+    first_slow: AtomicU64,
     failures: [AtomicU64; BUCKETS],
     slow: [AtomicU64; BUCKETS],
 }
 
+impl Rest {
+    fn new() -> Rest {
+        Rest {
+            first_failures: AtomicU64::new(0),
+            first_slow: AtomicU64::new(0),
+            failures: std::array::from_fn(|_| AtomicU64::new(0)),
+            slow: std::array::from_fn(|_| AtomicU64::new(0)),
+        }
+    }
+}
+
 #[derive(Debug)]
 pub(crate) struct SlidingWindow {
-    /// The counts of the thread in slot `home`, until another thread counts.
-    first: Counters,
+    /// The calls of the thread in slot `home`, until another thread counts
+    /// (its failures and slow calls are in `rest`).
+    first: AtomicU64,
     /// The slot of the first thread that counted, or [`HOMELESS`].
     home: AtomicU8,
     /// Allocated when a thread other than `home`'s counts.
@@ -155,7 +172,8 @@ pub(crate) struct SlidingWindow {
     owned: u8,
     /// The base of calls of each bucket.
     calls: [AtomicU64; BUCKETS],
-    /// The bases of failures and slow calls; absent while all are zero.
+    /// The first thread's failures and slow calls and the bases of all;
+    /// absent while all are zero.
     rest: OnceBox<Rest>,
     /// The current bucket: time since the breaker's origin, or calls, divided
     /// by the bucket width.
@@ -169,7 +187,7 @@ impl SlidingWindow {
     /// more for the others.
     pub(crate) fn new(owned: usize) -> SlidingWindow {
         SlidingWindow {
-            first: Counters::new(),
+            first: AtomicU64::new(0),
             home: AtomicU8::new(HOMELESS),
             stripes: OnceBox::new(),
             owned: owned.clamp(1, OWNED) as u8,
@@ -185,13 +203,18 @@ impl SlidingWindow {
         usize::from(self.owned)
     }
 
-    /// The counters the thread in `slot` writes alone, if it has them.
+    /// Whether the thread in `slot` counts on the window's first counter.
     #[inline(always)]
-    fn mine(&self, slot: usize) -> Option<&Counters> {
-        match self.stripes.get() {
-            None => (usize::from(self.home.load(Relaxed)) == slot).then_some(&self.first),
-            Some(stripes) if slot < self.owned() => stripes.owned.get(slot).map(|s| &s.0),
-            Some(_) => None,
+    fn is_home(&self, slot: usize) -> bool {
+        usize::from(self.home.load(Relaxed)) == slot
+    }
+
+    /// The stripe the thread in `slot` writes alone, if it has one.
+    #[inline(always)]
+    fn stripe<'a>(&self, stripes: &'a Stripes, slot: usize) -> Option<&'a Counters> {
+        match slot < self.owned() {
+            true => stripes.owned.get(slot).map(|s| &s.0),
+            false => None,
         }
     }
 
@@ -204,8 +227,12 @@ impl SlidingWindow {
     /// [`add_success`](Self::add_success) for the thread in `slot`.
     #[inline(always)]
     pub(crate) fn add_success_at(&self, slot: usize) {
-        match self.mine(slot) {
-            Some(counters) => bump(&counters.calls),
+        match self.stripes.get() {
+            None if self.is_home(slot) => bump(&self.first),
+            Some(stripes) => match self.stripe(stripes, slot) {
+                Some(stripe) => bump(&stripe.calls),
+                None => self.add_unowned(slot, false, false),
+            },
             None => self.add_unowned(slot, false, false),
         }
     }
@@ -217,10 +244,32 @@ impl SlidingWindow {
 
     /// [`add`](Self::add) for the thread in `slot`.
     pub(crate) fn add_at(&self, slot: usize, failed: bool, slow: bool) {
-        match self.mine(slot) {
-            Some(counters) => counters.count(failed, slow),
+        match self.stripes.get() {
+            None if self.is_home(slot) => self.count_first(failed, slow),
+            Some(stripes) => match self.stripe(stripes, slot) {
+                Some(stripe) => stripe.count(failed, slow),
+                None => self.add_unowned(slot, failed, slow),
+            },
             None => self.add_unowned(slot, failed, slow),
         }
+    }
+
+    /// A call of the home thread, on the window's first counters.
+    fn count_first(&self, failed: bool, slow: bool) {
+        bump(&self.first);
+        if failed || slow {
+            let rest = self.rest();
+            if failed {
+                bump(&rest.first_failures);
+            }
+            if slow {
+                bump(&rest.first_slow);
+            }
+        }
+    }
+
+    fn rest(&self) -> &Rest {
+        self.rest.get_or_init(|| Box::new(Rest::new()))
     }
 
     /// A thread without counters of its own on this window yet: it claims a
@@ -241,10 +290,10 @@ impl SlidingWindow {
             // home, and slots change hands with `Acquire`/`Release`.
             let mine = slot as u8;
             match self.home.compare_exchange(HOMELESS, mine, Relaxed, Relaxed) {
-                Ok(_) => return self.first.count(failed, slow),
+                Ok(_) => return self.count_first(failed, slow),
                 // Home already: a slot freed by the first thread, claimed
                 // just now.
-                Err(home) if home == mine => return self.first.count(failed, slow),
+                Err(home) if home == mine => return self.count_first(failed, slow),
                 Err(_) => {}
             }
         }
@@ -257,7 +306,18 @@ impl SlidingWindow {
 
     /// The sums of all counters since the breaker was created.
     pub(crate) fn totals(&self) -> Counts {
-        let first = self.first.load();
+        let (failures, slow) = match self.rest.get() {
+            Some(rest) => (
+                rest.first_failures.load(Relaxed),
+                rest.first_slow.load(Relaxed),
+            ),
+            None => (0, 0),
+        };
+        let first = Counts {
+            calls: self.first.load(Relaxed),
+            failures,
+            slow,
+        };
         match self.stripes.get() {
             None => first,
             Some(stripes) => stripes
@@ -290,12 +350,7 @@ impl SlidingWindow {
     fn set_base(&self, bucket: usize, totals: Counts) {
         self.calls[bucket].store(totals.calls, Relaxed);
         let rest = match totals.failures != 0 || totals.slow != 0 {
-            true => Some(self.rest.get_or_init(|| {
-                Box::new(Rest {
-                    failures: std::array::from_fn(|_| AtomicU64::new(0)),
-                    slow: std::array::from_fn(|_| AtomicU64::new(0)),
-                })
-            })),
+            true => Some(self.rest()),
             false => self.rest.get(),
         };
         if let Some(rest) = rest {
@@ -478,26 +533,28 @@ mod tests {
         assert_eq!(w.counts(w.totals()), Counts::default());
     }
 
-    /// A window counted on by one thread allocates nothing; a second thread
-    /// brings the stripes, a failure in a base the failures' bases, and no
-    /// count is lost on the way.
+    /// A window counted on by one thread allocates nothing until a call
+    /// fails or is slow; a second thread brings the stripes; no count is
+    /// lost on the way.
     #[test]
     fn memory_comes_when_a_second_thread_counts_or_a_call_fails() {
         let w = SlidingWindow::new(owner::OWNED);
         for _ in 0..5 {
             w.add_success_at(0);
         }
-        w.add_at(0, false, true);
         w.rotate(1, w.totals());
-        assert_eq!(w.heap(), size_of::<Rest>(), "a slow call is in a base");
+        assert_eq!(w.heap(), 0);
+        w.add_at(0, false, true);
+        assert_eq!(w.heap(), size_of::<Rest>(), "a slow call");
 
         let w = SlidingWindow::new(owner::OWNED);
         for _ in 0..5 {
             w.add_success_at(2);
         }
         w.rotate(1, w.totals());
-        w.add_at(2, true, false);
         assert_eq!(w.heap(), 0);
+        w.add_at(2, true, false);
+        assert_eq!(w.heap(), size_of::<Rest>(), "a failure");
         assert_eq!(
             w.counts(w.totals()),
             Counts {
