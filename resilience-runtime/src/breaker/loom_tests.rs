@@ -141,8 +141,8 @@ fn a_stripe_changes_owner_without_losing_a_count() {
 }
 
 /// Two threads with slots count on a fresh window: one becomes its home and
-/// counts inside it, the other allocates the stripes, and the first moves
-/// to its stripe when it sees them. No count is lost, whatever the order.
+/// counts inside it, the other allocates the stripes and counts on them. No
+/// count is lost, whatever the order.
 #[test]
 fn the_first_thread_and_the_stripes_lose_no_count() {
     use super::owner::Slots;
