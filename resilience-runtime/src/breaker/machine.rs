@@ -16,11 +16,14 @@ use crate::telemetry::Labels;
 
 pub(super) type Hook = Box<dyn Fn(&'static str, State, State) + Send + Sync>;
 
+/// `repr(C)`: the state word first and the window last, whose home
+/// thread's counter ends it (see [`SlidingWindow`]).
+#[repr(C)]
 pub(super) struct Inner {
     /// Read by every call; see [`state`] for the layout. Not on a cache
-    /// line of its own: once two threads call, no call writes the lines
-    /// around it (they count on the window's stripes), and the padding
-    /// was an eighth of a breaker.
+    /// line of its own: no call writes the lines around it (the window's
+    /// home counter is three lines on, the other threads count on the
+    /// stripes), and the padding was an eighth of a breaker.
     pub(super) state: AtomicU64,
     /// What does not change with calls: a named breaker's own, shared by
     /// the members of a [`BreakerFamily`](super::BreakerFamily).
@@ -30,10 +33,10 @@ pub(super) struct Inner {
     /// Nanoseconds since `origin` at which the cooldown ends.
     pub(super) open_until: AtomicU64,
     pub(super) probes: AtomicU64,
-    pub(super) window: SlidingWindow,
     /// The breaker's own hooks, a count window's log and a shared
     /// breaker's link, allocated when there are some.
     more: OnceBox<More>,
+    pub(super) window: SlidingWindow,
 }
 
 /// What a breaker has that does not change with its calls: a named

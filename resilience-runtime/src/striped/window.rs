@@ -160,26 +160,32 @@ impl Rest {
     }
 }
 
+/// In declaration order (`repr(C)`): what every call reads first, the
+/// bases touched at bucket boundaries, then the one counter the home thread
+/// writes on every call, last, so that it shares its cache line with the
+/// bases and not with what other threads read per call (the home byte,
+/// the stripes' pointer, the breaker's state word before the window).
 #[derive(Debug)]
+#[repr(C)]
 pub(crate) struct SlidingWindow {
-    /// The calls of the thread in slot `home`, until another thread counts
-    /// (its failures and slow calls are in `rest`).
-    first: AtomicU64,
     /// The slot of the first thread that counted, or [`HOMELESS`].
     home: AtomicU8,
-    /// Allocated when a thread other than `home`'s counts.
-    stripes: OnceBox<Stripes>,
     /// The slots below this one have a stripe (at most [`OWNED`]).
     owned: u8,
-    /// The base of calls of each bucket.
-    calls: [AtomicU64; BUCKETS],
+    rotating: AtomicBool,
+    /// Allocated when a thread other than `home`'s counts.
+    stripes: OnceBox<Stripes>,
     /// The first thread's failures and slow calls and the bases of all;
     /// absent while all are zero.
     rest: OnceBox<Rest>,
     /// The current bucket: time since the breaker's origin, or calls, divided
     /// by the bucket width.
     epoch: AtomicU64,
-    rotating: AtomicBool,
+    /// The base of calls of each bucket.
+    calls: [AtomicU64; BUCKETS],
+    /// The calls of the thread in slot `home` (its failures and slow calls
+    /// are in `rest`).
+    first: AtomicU64,
 }
 
 impl SlidingWindow {
