@@ -11,7 +11,7 @@ use std::time::Duration;
 use hashbrown::HashTable;
 use tokio::time::Instant;
 
-use super::machine::Common;
+use super::machine::{Common, Hooks};
 use super::state::{CLOSED, Word};
 use super::{BreakerConfig, CircuitBreaker, State, report};
 use crate::clock::duration_nanos;
@@ -267,7 +267,7 @@ fn with_displayed<R>(value: &impl fmt::Display, f: impl FnOnce(&str) -> R) -> R 
 /// A family holds at most `max_members` members (default 1,000), so its
 /// memory stays bounded whatever keys its callers make up. A member is
 /// about 250 bytes with its key while it is called from one thread and has
-/// no failure in its window; 160 more once one is, 320 more once a second
+/// no failure in its window; 176 more once one fails, 320 more once a second
 /// thread calls it (its own counters on a cache line per thread): at most
 /// 1 KiB. What does not change with calls (configuration, labels, hooks) is
 /// the family's, kept once. A known key costs a clock read, a
@@ -427,7 +427,7 @@ impl BreakerFamily {
         report::breaker_created(labels, State::Closed);
         let wide = FamilyWide {
             counts: Mutex::new([0; 3]),
-            hooks: std::sync::RwLock::new(Vec::new()),
+            hooks: Hooks::new(),
         };
         Ok(BreakerFamily {
             inner: Arc::new(Family {
@@ -510,7 +510,7 @@ impl BreakerFamily {
         F: Fn(&'static str, State, State) + Send + Sync + 'static,
     {
         if let Some(family) = self.inner.common.family.as_deref() {
-            write(&family.hooks).push(Box::new(hook));
+            family.hooks.add(Box::new(hook));
         }
     }
 }
@@ -581,6 +581,11 @@ impl Family {
     }
 }
 
+/// A table entry's hash, from the key of the member at its place.
+fn rehasher<'a>(hasher: &'a RandomState, ring: &'a [Member]) -> impl Fn(&u32) -> u64 + 'a {
+    move |&place| hasher.hash_one(ring[place as usize].key())
+}
+
 impl Members {
     fn get(&self, key: &str) -> Option<&Member> {
         let ring = &self.ring;
@@ -600,14 +605,13 @@ impl Members {
         // Below the cap, which is at most `MAX_MEMBERS`.
         let place = ring.len() as u32;
         ring.push(member);
-        let rehash = |&place: &u32| hasher.hash_one(ring[place as usize].key());
-        places.insert_unique(hasher.hash_one(key), place, rehash);
+        places.insert_unique(hasher.hash_one(key), place, rehasher(hasher, ring));
         if ring.len() == cap {
             // Each eviction may leave a tombstone in the table, and the
             // table clears them by rehashing in place only while it is at
             // most half full, else by doubling: sized now for twice the
             // cap, it never grows again.
-            places.reserve(cap + 2, rehash);
+            places.reserve(cap + 2, rehasher(hasher, ring));
             // Grown by doubling, the ring may hold room for up to twice
             // the cap; it never holds more than the cap.
             ring.shrink_to_fit();
@@ -632,8 +636,7 @@ impl Members {
             ring,
             ..
         } = self;
-        let rehash = |&place: &u32| hasher.hash_one(ring[place as usize].key());
-        places.insert_unique(hasher.hash_one(key), place as u32, rehash);
+        places.insert_unique(hasher.hash_one(key), place as u32, rehasher(hasher, ring));
     }
 
     /// Removes the member at `place`; the last one takes its place.
@@ -747,7 +750,7 @@ pub(super) struct FamilyWide {
     /// Closed (unused: members are not counted closed), half-open, open.
     counts: Mutex<[usize; 3]>,
     /// Called after each state change of every member.
-    hooks: RwLock<Vec<super::machine::Hook>>,
+    pub(super) hooks: Hooks,
 }
 
 fn index(state: State) -> Option<usize> {
@@ -756,10 +759,6 @@ fn index(state: State) -> Option<usize> {
         State::HalfOpen => Some(1),
         State::Open => Some(2),
     }
-}
-
-fn write<T>(lock: &RwLock<T>) -> std::sync::RwLockWriteGuard<'_, T> {
-    lock.write().unwrap_or_else(PoisonError::into_inner)
 }
 
 impl FamilyWide {
@@ -800,14 +799,6 @@ impl FamilyWide {
         report::member_transition(labels, key, from, to, forced);
         if from != to {
             self.moved(labels, Some(from), Some(to));
-        }
-    }
-
-    /// Calls the family's hooks after a member's change of state.
-    pub(super) fn run_hooks(&self, name: &'static str, from: State, to: State) {
-        let hooks = self.hooks.read().unwrap_or_else(PoisonError::into_inner);
-        for hook in hooks.iter() {
-            hook(name, from, to);
         }
     }
 

@@ -79,7 +79,7 @@ impl Common {
 /// Rarely there: a breaker's own hooks, a count window's log, what a
 /// shared breaker shares with its sync task.
 struct More {
-    hooks: RwLock<Vec<Hook>>,
+    hooks: Hooks,
     /// The failures of a count window by call number; `None` for a time
     /// window.
     last_calls: Option<LastCalls>,
@@ -88,6 +88,15 @@ struct More {
 }
 
 impl More {
+    fn empty() -> More {
+        More {
+            hooks: Hooks::new(),
+            last_calls: None,
+            #[cfg(all(feature = "breaker-redis", not(loom)))]
+            shared: None,
+        }
+    }
+
     /// Whether a breaker needs it before any hook is added.
     fn needed(&self) -> bool {
         #[cfg(all(feature = "breaker-redis", not(loom)))]
@@ -98,31 +107,49 @@ impl More {
     }
 }
 
-fn read<T>(lock: &RwLock<T>) -> impl std::ops::Deref<Target = T> + '_ {
-    lock.read().unwrap_or_else(|poisoned| poisoned.into_inner())
-}
+/// The hooks called after each state change: a breaker's own, or a
+/// family's for all its members.
+pub(super) struct Hooks(RwLock<Vec<Hook>>);
 
-fn write<T>(lock: &RwLock<T>) -> impl std::ops::DerefMut<Target = T> + '_ {
-    lock.write()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
+impl Hooks {
+    pub(super) fn new() -> Hooks {
+        Hooks(RwLock::new(Vec::new()))
+    }
+
+    pub(super) fn add(&self, hook: Hook) {
+        let mut hooks = self
+            .0
+            .write()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        hooks.push(hook);
+    }
+
+    pub(super) fn run(&self, name: &'static str, from: State, to: State) {
+        let hooks = self
+            .0
+            .read()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        for hook in hooks.iter() {
+            hook(name, from, to);
+        }
+    }
 }
 
 impl Inner {
     /// A closed breaker with an empty window, driven by no ticker yet:
     /// its first call looks for one.
     pub(super) fn new(common: Arc<Common>, owned: usize, key: Option<Box<str>>) -> Inner {
-        let more = More {
-            hooks: RwLock::new(Vec::new()),
-            last_calls: match common.config.window() {
-                Window::Count(n) => Some(LastCalls::new(n)),
-                Window::Time(_) => None,
-            },
-            #[cfg(all(feature = "breaker-redis", not(loom)))]
-            shared: common
+        let mut more = More::empty();
+        if let Window::Count(n) = common.config.window() {
+            more.last_calls = Some(LastCalls::new(n));
+        }
+        #[cfg(all(feature = "breaker-redis", not(loom)))]
+        {
+            more.shared = common
                 .config
                 .sharing()
-                .map(|sharing| Arc::new(shared::Link::new(sharing, common.labels))),
-        };
+                .map(|sharing| Arc::new(shared::Link::new(sharing, common.labels)));
+        }
         Inner {
             state: AtomicU64::new(Word::INITIAL.0),
             common,
@@ -150,15 +177,10 @@ impl Inner {
 
     /// Adds a hook for this breaker alone.
     pub(super) fn on_state_change(&self, hook: Hook) {
-        let more = self.more.get_or_init(|| {
-            Box::new(More {
-                hooks: RwLock::new(Vec::new()),
-                last_calls: None,
-                #[cfg(all(feature = "breaker-redis", not(loom)))]
-                shared: None,
-            })
-        });
-        write(&more.hooks).push(hook);
+        self.more
+            .get_or_init(|| Box::new(More::empty()))
+            .hooks
+            .add(hook);
     }
 
     pub(super) fn fleet(&self) -> Fleet {
@@ -437,12 +459,10 @@ impl Inner {
         if from_state != to_state {
             let name = common.labels.target();
             if let Some(family) = family {
-                family.run_hooks(name, from_state, to_state);
+                family.hooks.run(name, from_state, to_state);
             }
             if let Some(more) = self.more.get() {
-                for hook in read(&more.hooks).iter() {
-                    hook(name, from_state, to_state);
-                }
+                more.hooks.run(name, from_state, to_state);
             }
         }
         true

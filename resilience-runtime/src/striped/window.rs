@@ -237,24 +237,7 @@ impl SlidingWindow {
         if self.is_home(slot) {
             return bump(&self.first);
         }
-        self.add_success_striped(slot);
-    }
-
-    /// [`add_success_at`](Self::add_success_at) of a thread other than the
-    /// home one. Not inlined: reading `stripes` is an `Acquire` load, and
-    /// inlined after a call's result is written it keeps the optimizer
-    /// from seeing through that result on every path that joins it (a
-    /// closed call 3.1 -> 6.0 ns, an open one 3.5 -> 9.0).
-    #[inline(never)]
-    fn add_success_striped(&self, slot: usize) {
-        match self
-            .stripes
-            .get()
-            .and_then(|stripes| self.stripe(stripes, slot))
-        {
-            Some(stripe) => bump(&stripe.calls),
-            None => self.add_unowned(slot, false, false),
-        }
+        self.add_striped(slot, false, false);
     }
 
     /// Counts a call that failed, was slow, or both.
@@ -267,6 +250,16 @@ impl SlidingWindow {
         if self.is_home(slot) {
             return self.count_first(failed, slow);
         }
+        self.add_striped(slot, failed, slow);
+    }
+
+    /// A call of a thread other than the home one. Not inlined: reading
+    /// `stripes` is an `Acquire` load, and inlined after a call's result is
+    /// written it keeps the optimizer from seeing through that result on
+    /// every path that joins it (a closed call 3.1 -> 6.0 ns, an open one
+    /// 3.5 -> 9.0).
+    #[inline(never)]
+    fn add_striped(&self, slot: usize, failed: bool, slow: bool) {
         match self
             .stripes
             .get()
@@ -321,8 +314,8 @@ impl SlidingWindow {
             }
         }
         let stripes = self.stripes.get_or_init(|| Box::new(Stripes::new()));
-        match stripes.owned.get(slot).filter(|_| slot < owned) {
-            Some(stripe) => stripe.0.count(failed, slow),
+        match self.stripe(stripes, slot) {
+            Some(stripe) => stripe.count(failed, slow),
             None => stripes.shared.0.count_shared(failed, slow),
         }
     }
