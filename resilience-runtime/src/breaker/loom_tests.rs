@@ -110,12 +110,12 @@ fn concurrent_probe_outcomes_lose_no_transition() {
 /// the main thread reads the totals meanwhile. None of the four calls is
 /// lost, and the totals never go back.
 fn two_threads_count_on(owned: usize) {
-    use super::owner::{NONE, Slots};
+    use crate::striped::owner::{NONE, Slots};
     use crate::striped::window::SlidingWindow;
 
     loom::model(move || {
         let slots = Arc::new(Slots::new());
-        let window = Arc::new(SlidingWindow::new(owned));
+        let window = Arc::new(SlidingWindow::with_owned(owned));
         let threads: Vec<_> = (0..2)
             .map(|_| {
                 let (slots, window) = (slots.clone(), window.clone());

@@ -138,7 +138,16 @@ impl Hooks {
 impl Inner {
     /// A closed breaker with an empty window, driven by no ticker yet:
     /// its first call looks for one.
-    pub(super) fn new(common: Arc<Common>, owned: usize, key: Option<Box<str>>) -> Inner {
+    pub(super) fn new(common: Arc<Common>, key: Option<Box<str>>) -> Inner {
+        Inner::with_window(common, key, SlidingWindow::new())
+    }
+
+    /// [`new`](Self::new) with the window `window`.
+    pub(super) fn with_window(
+        common: Arc<Common>,
+        key: Option<Box<str>>,
+        window: SlidingWindow,
+    ) -> Inner {
         let mut more = More::empty();
         if let Window::Count(n) = common.config.window() {
             more.last_calls = Some(LastCalls::new(n));
@@ -156,7 +165,7 @@ impl Inner {
             key,
             open_until: AtomicU64::new(0),
             probes: AtomicU64::new(0),
-            window: SlidingWindow::new(owned),
+            window,
             more: match more.needed() {
                 true => OnceBox::with_value(Box::new(more)),
                 false => OnceBox::new(),

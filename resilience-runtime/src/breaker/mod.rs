@@ -178,7 +178,7 @@ mod state;
 #[cfg(not(loom))]
 mod ticked;
 
-use crate::striped::{owner, sync};
+use crate::striped::sync;
 #[cfg(not(loom))]
 use crate::striped::{thread_ticker, ticker};
 
@@ -360,18 +360,25 @@ impl CircuitBreaker {
         config
             .validate()
             .map_err(|err| err.with_subject(format!("circuit breaker `{name}`")))?;
-        Ok(Self::with_stripes(
-            Labels::new(service, name),
-            config,
-            owner::OWNED,
-        ))
+        Ok(Self::labelled(Labels::new(service, name), config))
     }
 
-    fn with_stripes(labels: Labels, config: BreakerConfig, owned: usize) -> Self {
+    fn labelled(labels: Labels, config: BreakerConfig) -> Self {
         report::breaker_created(labels, State::Closed);
         let common = Arc::new(Common::new(labels, config, None));
         CircuitBreaker {
-            inner: Arc::new(Inner::new(common, owned, None)),
+            inner: Arc::new(Inner::new(common, None)),
+        }
+    }
+
+    /// A breaker whose window gives threads in slots from `owned` up the
+    /// shared stripe, for the model checks.
+    #[cfg(loom)]
+    fn with_stripes(labels: Labels, config: BreakerConfig, owned: usize) -> Self {
+        let common = Arc::new(Common::new(labels, config, None));
+        let window = crate::striped::window::SlidingWindow::with_owned(owned);
+        CircuitBreaker {
+            inner: Arc::new(Inner::with_window(common, None, window)),
         }
     }
 
@@ -379,7 +386,7 @@ impl CircuitBreaker {
     /// is the family's.
     fn member(common: Arc<Common>, key: &str) -> Self {
         CircuitBreaker {
-            inner: Arc::new(Inner::new(common, owner::OWNED, Some(key.into()))),
+            inner: Arc::new(Inner::new(common, Some(key.into()))),
         }
     }
 

@@ -132,6 +132,14 @@ mod tests {
         let _local = metrics::set_default_local_recorder(&recorder);
         let warns = Arc::new(AtomicUsize::new(0));
         let _subscriber = tracing::subscriber::set_default(Warns(warns.clone()));
+        // tracing caches whether a callsite is wanted once, process-wide.
+        // With one subscriber alive, a test thread without any that sheds
+        // first caches "never", and this test sees no WARN (1 run in 4 of
+        // the parallel suite). With a second one alive, every thread's
+        // registration asks them all; the rebuild mends what was cached
+        // before.
+        let _second = tracing::Dispatch::new(Warns(Arc::new(AtomicUsize::new(0))));
+        tracing::callsite::rebuild_interest_cache();
 
         let bulkhead = Bulkhead::new("stock", 1).unwrap();
         let held = bulkhead.try_acquire(Priority::Critical).unwrap();

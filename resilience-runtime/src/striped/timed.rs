@@ -54,7 +54,7 @@ impl TimedWindow {
     pub(crate) fn new(width: Duration) -> Arc<TimedWindow> {
         Arc::new(TimedWindow {
             word: AtomicU64::new(NO_TICKER),
-            window: SlidingWindow::new(super::window::OWNED_STRIPES),
+            window: SlidingWindow::new(),
             origin: Instant::now(),
             bucket_width: (width.as_nanos() / BUCKETS as u128).clamp(1, u64::MAX as u128) as u64,
         })

@@ -31,9 +31,6 @@ use super::sync::{AtomicBool, AtomicU8, AtomicU64, OnceBox, Ordering::*};
 use std::collections::VecDeque;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
-/// The owned stripes of a window with one per owning thread.
-pub(crate) const OWNED_STRIPES: usize = OWNED;
-
 /// No thread has counted on the window yet: not a slot (below [`OWNED`]),
 /// and as a `usize` neither [`owner::NONE`] nor a retired thread's mark.
 const HOMELESS: u8 = u8::MAX;
@@ -170,7 +167,10 @@ impl Rest {
 pub(crate) struct SlidingWindow {
     /// The slot of the first thread that counted, or [`HOMELESS`].
     home: AtomicU8,
-    /// The slots below this one have a stripe (at most [`OWNED`]).
+    /// The slots below this one have a stripe: fewer than [`OWNED`] only
+    /// in the model checks, which need few threads to reach the shared
+    /// stripe. Elsewhere a slot is compared with the constant.
+    #[cfg(loom)]
     owned: u8,
     rotating: AtomicBool,
     /// Allocated when a thread other than `home`'s counts.
@@ -189,15 +189,16 @@ pub(crate) struct SlidingWindow {
 }
 
 impl SlidingWindow {
-    /// A window with `owned` stripes for the threads that own one (see
+    /// A window with a stripe for each thread that owns one (see
     /// [`owner`](super::owner)) once more than one thread counts, and one
     /// more for the others.
-    pub(crate) fn new(owned: usize) -> SlidingWindow {
+    pub(crate) fn new() -> SlidingWindow {
         SlidingWindow {
             first: AtomicU64::new(0),
             home: AtomicU8::new(HOMELESS),
             stripes: OnceBox::new(),
-            owned: owned.clamp(1, OWNED) as u8,
+            #[cfg(loom)]
+            owned: OWNED as u8,
             calls: std::array::from_fn(|_| AtomicU64::new(0)),
             rest: OnceBox::new(),
             epoch: AtomicU64::new(0),
@@ -205,9 +206,21 @@ impl SlidingWindow {
         }
     }
 
+    /// A window whose slots from `owned` up count on the shared stripe.
+    #[cfg(loom)]
+    pub(crate) fn with_owned(owned: usize) -> SlidingWindow {
+        SlidingWindow {
+            owned: owned.clamp(1, OWNED) as u8,
+            ..SlidingWindow::new()
+        }
+    }
+
     #[inline(always)]
     fn owned(&self) -> usize {
-        usize::from(self.owned)
+        #[cfg(loom)]
+        return usize::from(self.owned);
+        #[cfg(not(loom))]
+        OWNED
     }
 
     /// Whether the thread in `slot` counts on the window's first counter.
@@ -237,7 +250,22 @@ impl SlidingWindow {
         if self.is_home(slot) {
             return bump(&self.first);
         }
-        self.add_striped(slot, false, false);
+        self.add_success_striped(slot);
+    }
+
+    /// [`add_striped`](Self::add_striped) of a success: the path of every
+    /// thread but the home one, out of line for the same reason, as short
+    /// as it can be.
+    #[inline(never)]
+    fn add_success_striped(&self, slot: usize) {
+        match self
+            .stripes
+            .get()
+            .and_then(|stripes| self.stripe(stripes, slot))
+        {
+            Some(stripe) => bump(&stripe.calls),
+            None => self.add_unowned(slot, false, false),
+        }
     }
 
     /// Counts a call that failed, was slow, or both.
@@ -521,7 +549,7 @@ mod tests {
 
     #[test]
     fn failures_leave_the_window_one_bucket_at_a_time() {
-        let w = SlidingWindow::new(owner::OWNED);
+        let w = SlidingWindow::new();
         w.add(true, false); // bucket 0
         w.rotate(1, w.totals());
         w.add(true, false); // bucket 1
@@ -554,7 +582,7 @@ mod tests {
     /// lost on the way.
     #[test]
     fn memory_comes_when_a_second_thread_counts_or_a_call_fails() {
-        let w = SlidingWindow::new(owner::OWNED);
+        let w = SlidingWindow::new();
         for _ in 0..5 {
             w.add_success_at(0);
         }
@@ -563,7 +591,7 @@ mod tests {
         w.add_at(0, false, true);
         assert_eq!(w.heap(), size_of::<Rest>(), "a slow call");
 
-        let w = SlidingWindow::new(owner::OWNED);
+        let w = SlidingWindow::new();
         for _ in 0..5 {
             w.add_success_at(2);
         }
@@ -618,7 +646,7 @@ mod tests {
     /// window is empty, not "every failure since creation".
     #[test]
     fn a_clear_after_failures_records_their_bases() {
-        let w = SlidingWindow::new(owner::OWNED);
+        let w = SlidingWindow::new();
         w.add_at(0, true, false);
         w.add_at(0, true, true);
         w.clear();
@@ -639,7 +667,7 @@ mod tests {
     /// threads on one owned stripe would lose counts here.
     #[test]
     fn threads_with_and_without_a_stripe_lose_no_count() {
-        let w = std::sync::Arc::new(SlidingWindow::new(owner::OWNED));
+        let w = std::sync::Arc::new(SlidingWindow::new());
         let rotations = {
             let w = w.clone();
             std::thread::spawn(move || {
