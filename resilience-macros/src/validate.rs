@@ -136,6 +136,12 @@ pub(crate) fn retry(args: &RetryArgs, errors: &mut Errors) {
             errors.push(multiplier.error(
                 "`multiplier` has no effect with `preset = \"db_tx\"`, whose pauses grow as `initial · attempt²`\n  = help: remove `multiplier`, or use another preset",
             ));
+        } else if let Some(arg) = &args.jitter
+            && let Ok((Kind::Decorrelated, _)) = jitter(&arg.value, preset)
+        {
+            errors.push(multiplier.error(
+                "`multiplier` has no effect with `jitter = \"decorrelated\"`, whose pauses grow by themselves, each up to three times the previous one\n  = help: remove `multiplier`, or use another jitter",
+            ));
         } else if !value.is_finite() || value < 1.0 {
             errors.push(multiplier.error(format!(
                 "`multiplier = {value}` would shrink the pauses: the multiplier must be at least 1.0\n  = help: 2.0 (the default) doubles each pause: 100ms, 200ms, 400ms"

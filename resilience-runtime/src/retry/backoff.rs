@@ -27,7 +27,8 @@ pub enum Jitter {
     /// at the price of sometimes retrying almost at once.
     Full,
     /// AWS "decorrelated jitter": `min(max_interval, uniform(initial,
-    /// previous · 3))`. Grows by itself; ignores the multiplier.
+    /// previous · 3))`. Grows by itself: a multiplier other than the
+    /// default is refused by [`Backoff::validate`].
     Decorrelated,
 }
 
@@ -134,7 +135,9 @@ impl Backoff {
         self
     }
 
-    /// The growth factor of [`Growth::Exponential`]; at least 1.
+    /// The growth factor of [`Growth::Exponential`]; at least 1. With
+    /// [`Growth::Quadratic`] or [`Jitter::Decorrelated`], which do not use
+    /// it, [`validate`](Self::validate) refuses any but the default 2.0.
     pub const fn with_multiplier(mut self, multiplier: f64) -> Self {
         self.multiplier = multiplier;
         self
@@ -192,8 +195,18 @@ impl Backoff {
     }
 
     /// Checks the rules on [retry](crate::guide#retry): a non-zero `initial` no larger than
-    /// `max_interval`, a finite `multiplier` of at least 1, and a jitter
-    /// factor in `[0.1, 1]`.
+    /// `max_interval`, a finite `multiplier` of at least 1 (and none other
+    /// than the default where the schedule does not use it: quadratic
+    /// growth, decorrelated jitter), and a jitter factor in `[0.1, 1]`.
+    ///
+    /// ```
+    /// use resilience::retry::{Backoff, Jitter};
+    ///
+    /// let decorrelated = Backoff::new().with_jitter(Jitter::Decorrelated);
+    /// assert!(decorrelated.validate().is_ok());
+    /// let err = decorrelated.with_multiplier(3.0).validate().unwrap_err();
+    /// assert!(err.to_string().contains("multiplier"), "{err}");
+    /// ```
     pub fn validate(&self) -> Result<(), ConfigError> {
         const WHAT: &str = "backoff";
         if self.initial == 0 {
@@ -232,6 +245,27 @@ impl Backoff {
                     "the limit is {MAX_MULTIPLIER}: a larger multiplier jumps from `initial` to the cap in a step or two, a fixed wait rather than a backoff (2.0 is the default)"
                 ),
             ));
+        }
+        // A multiplier other than the default where nothing reads it is a
+        // setting the user believes in and the schedule ignores.
+        if self.multiplier != Backoff::new().multiplier {
+            let ignored_by = match (self.growth, self.jitter) {
+                (Growth::Quadratic, _) => Some(
+                    "pauses that grow as `initial · (n + 1)²` (the `db_tx` schedule); remove it, or use `Growth::Exponential`",
+                ),
+                (_, Jitter::Decorrelated) => Some(
+                    "decorrelated jitter, whose pauses grow by themselves, each up to three times the previous one; remove it, or use another jitter",
+                ),
+                (Growth::Exponential, _) => None,
+            };
+            if let Some(ignored_by) = ignored_by {
+                return Err(ConfigError::new(
+                    WHAT,
+                    "multiplier",
+                    self.multiplier,
+                    format!("the multiplier has no effect with {ignored_by}"),
+                ));
+            }
         }
         if let Jitter::Symmetric(f) | Jitter::Additive(f) = self.jitter
             && !(MIN_JITTER..=MAX_JITTER).contains(&f)
@@ -440,8 +474,43 @@ mod tests {
             Backoff::background(),
             Backoff::db_tx(),
             Backoff::new().with_jitter(Jitter::Symmetric(0.1)),
+            Backoff::new().with_jitter(Jitter::Decorrelated),
+            Backoff::new()
+                .with_jitter(Jitter::Full)
+                .with_multiplier(3.0),
         ] {
             ok.validate().unwrap();
         }
+    }
+
+    /// A setting the schedule never reads is refused, not ignored: the
+    /// multiplier under decorrelated jitter (AWS's formula grows from the
+    /// previous pause, `uniform(initial, previous · 3)`) and under the
+    /// quadratic growth of `db_tx` (`initial · attempt²`).
+    #[test]
+    fn a_multiplier_nothing_reads_is_refused() {
+        let cases = [
+            Backoff::new()
+                .with_jitter(Jitter::Decorrelated)
+                .with_multiplier(3.0),
+            Backoff::db_tx().with_multiplier(1.5),
+        ];
+        for backoff in cases {
+            let err = backoff.validate().unwrap_err();
+            assert_eq!(err.field(), "multiplier", "{err}");
+            assert!(err.reason().contains("no effect"), "{err}");
+        }
+        // 3.0 with decorrelated jitter would otherwise pause exactly as 2.0:
+        // the pauses do not depend on it.
+        let pauses = |multiplier| {
+            use rand::{SeedableRng, rngs::SmallRng};
+            Backoff::new()
+                .with_jitter(Jitter::Decorrelated)
+                .with_multiplier(multiplier)
+                .delays(SmallRng::seed_from_u64(7))
+                .take(5)
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(pauses(2.0), pauses(3.0));
     }
 }

@@ -10,4 +10,9 @@ async fn get_order(id: u64) -> Result<u64, std::io::Error> {
     Ok(id)
 }
 
+#[retry(jitter = "decorrelated", multiplier = 3.0)]
+async fn get_invoice(id: u64) -> Result<u64, std::io::Error> {
+    Ok(id)
+}
+
 fn main() {}
