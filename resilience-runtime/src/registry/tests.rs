@@ -593,3 +593,15 @@ fn a_bad_jitter_in_the_file_names_the_key_the_value_and_the_fix() {
         "the code's values, as for every section that combines badly"
     );
 }
+
+#[test]
+fn a_multiplier_the_file_sets_beside_decorrelated_jitter_is_refused() {
+    let toml = "[retry.feed]\njitter = \"decorrelated\"\nmultiplier = 3.0\n";
+    let err = Registry::builder()
+        .config_str(toml, "r.toml")
+        .and_then(|builder| builder.build())
+        .unwrap_err();
+    assert_eq!(err.field(), "multiplier", "{err}");
+    assert!(err.to_string().contains("no effect"), "{err}");
+    assert!(err.to_string().contains("feed"), "{err}");
+}
