@@ -91,6 +91,9 @@ pub mod registry;
 pub mod retry;
 mod striped;
 pub mod telemetry;
+// The tests that count log events are those of these features.
+#[cfg(all(test, any(feature = "metrics", feature = "config-file")))]
+mod test_events;
 #[cfg(feature = "tower")]
 pub mod tower;
 

@@ -84,36 +84,10 @@ impl Report {
 
 #[cfg(all(test, feature = "metrics"))]
 mod tests {
-    use std::sync::Arc;
-    use std::sync::atomic::{AtomicUsize, Ordering};
-
     use metrics_util::debugging::{DebugValue, DebuggingRecorder};
-    use tracing::span::{Attributes, Id, Record};
-    use tracing::{Event, Level, Metadata, Subscriber};
+    use tracing::Level;
 
     use crate::limit::{AdaptiveLimit, Bulkhead, Priority, VegasConfig};
-
-    /// Counts the WARN events of the `resilience` target.
-    struct Warns(Arc<AtomicUsize>);
-
-    impl Subscriber for Warns {
-        fn enabled(&self, _: &Metadata<'_>) -> bool {
-            true
-        }
-        fn new_span(&self, _: &Attributes<'_>) -> Id {
-            Id::from_u64(1)
-        }
-        fn record(&self, _: &Id, _: &Record<'_>) {}
-        fn record_follows_from(&self, _: &Id, _: &Id) {}
-        fn event(&self, event: &Event<'_>) {
-            let meta = event.metadata();
-            if *meta.level() == Level::WARN && meta.target() == "resilience" {
-                self.0.fetch_add(1, Ordering::SeqCst);
-            }
-        }
-        fn enter(&self, _: &Id) {}
-        fn exit(&self, _: &Id) {}
-    }
 
     fn value<'a>(snapshot: &'a [(String, DebugValue)], name: &str) -> Option<&'a DebugValue> {
         snapshot
@@ -130,33 +104,20 @@ mod tests {
         let recorder = DebuggingRecorder::new();
         let snapshotter = recorder.snapshotter();
         let _local = metrics::set_default_local_recorder(&recorder);
-        let warns = Arc::new(AtomicUsize::new(0));
-        let _subscriber = tracing::subscriber::set_default(Warns(warns.clone()));
-        // tracing caches whether a callsite is wanted once, process-wide.
-        // With one subscriber alive, a test thread without any that sheds
-        // first caches "never", and this test sees no WARN (1 run in 4 of
-        // the parallel suite). With a second one alive, every thread's
-        // registration asks them all; the rebuild mends what was cached
-        // before.
-        let _second = tracing::Dispatch::new(Warns(Arc::new(AtomicUsize::new(0))));
-        tracing::callsite::rebuild_interest_cache();
+        let warns = crate::test_events::count(Level::WARN, Some("resilience"));
 
         let bulkhead = Bulkhead::new("stock", 1).unwrap();
         let held = bulkhead.try_acquire(Priority::Critical).unwrap();
         for _ in 0..3 {
             assert!(bulkhead.try_acquire(Priority::Default).is_err());
         }
-        assert_eq!(
-            warns.load(Ordering::SeqCst),
-            1,
-            "one WARN for the first shed"
-        );
+        assert_eq!(warns.get(), 1, "one WARN for the first shed");
         tokio::time::advance(std::time::Duration::from_secs(59)).await;
         assert!(bulkhead.try_acquire(Priority::Sheddable).is_err());
-        assert_eq!(warns.load(Ordering::SeqCst), 1);
+        assert_eq!(warns.get(), 1);
         tokio::time::advance(std::time::Duration::from_secs(2)).await;
         assert!(bulkhead.try_acquire(Priority::Default).is_err());
-        assert_eq!(warns.load(Ordering::SeqCst), 2, "again after a minute");
+        assert_eq!(warns.get(), 2, "again after a minute");
         let limit = AdaptiveLimit::new("users", VegasConfig::new()).unwrap();
         let _permit = limit.try_acquire(Priority::Default).unwrap();
 

@@ -419,13 +419,6 @@ impl FileConfig {
         }
     }
 
-    /// `[retry.<name>]` over `base`; `base` when they do not combine
-    /// (reported by [`try_policy`](Self::try_policy) when the registry is
-    /// built).
-    pub(super) fn policy(&self, name: &str, base: PolicyBuilder) -> PolicyBuilder {
-        self.try_policy(name, base).unwrap_or(base)
-    }
-
     /// `[retry.<name>]` over `base`, or why a value of the section does
     /// not apply to it (a bare `jitter = 0.3` over a `Full` jitter).
     pub(super) fn try_policy(

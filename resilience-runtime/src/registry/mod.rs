@@ -735,7 +735,14 @@ impl Registry {
             .code_policies
             .get(name)
             .map_or(defaults, Policy::to_builder);
-        match self.file.policy(name, from_code).build() {
+        // A section that does not apply (a bare `jitter = 0.3` over a site's
+        // `Full` jitter) is the same mistake as one that does not validate:
+        // logged, never dropped without a word.
+        match self
+            .file
+            .try_policy(name, from_code)
+            .and_then(PolicyBuilder::build)
+        {
             Ok(policy) => policy,
             Err(err) => {
                 tracing::error!(

@@ -56,10 +56,6 @@ impl FileConfig {
         base
     }
 
-    pub(super) fn policy(&self, _name: &str, base: PolicyBuilder) -> PolicyBuilder {
-        base
-    }
-
     pub(super) fn try_policy(
         &self,
         _name: &str,

@@ -605,3 +605,20 @@ fn a_multiplier_the_file_sets_beside_decorrelated_jitter_is_refused() {
     assert!(err.to_string().contains("no effect"), "{err}");
     assert!(err.to_string().contains("feed"), "{err}");
 }
+
+/// A `[retry.*]` section that does not apply to the policy the code asks
+/// for at run time (a bare jitter amount over full jitter, which has none)
+/// is logged at ERROR, and the code's policy runs: never dropped without a
+/// word, as it was while the file's half of the lookup swallowed the error.
+#[test]
+fn a_retry_section_that_does_not_apply_at_run_time_is_logged() {
+    let errors = crate::test_events::count(tracing::Level::ERROR, None);
+    let registry = Registry::builder()
+        .config_str("[retry.\"feed.poll\"]\njitter = 0.3\n", "r.toml")
+        .and_then(|builder| builder.build())
+        .unwrap();
+    let full = PolicyBuilder::http().with_jitter(Jitter::Full);
+    let policy = registry.policy("feed.poll", full);
+    assert_eq!(policy.backoff().jitter(), Jitter::Full);
+    assert_eq!(errors.get(), 1);
+}
