@@ -2,12 +2,12 @@
 //! tenant) from a family sharing the attribute's configuration, expanded
 //! for real, on tokio's paused clock.
 
+mod heap_common;
 mod macros_common;
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
 use std::time::Duration;
 
+use heap_common::live_heap;
 use macros_common::{ClientError, Script};
 use resilience::breaker::{
     BreakerConfig, BreakerFamily, CircuitBreaker, FamilyConfig, FamilyKey, State,
@@ -232,40 +232,6 @@ async fn an_async_trait_method_keys_its_breaker_by_its_receiver() {
 // At the cap (#31): a family whose every member sees a steady background
 // error rate, below the trip threshold, still admits new keys, each with a
 // breaker of its own.
-
-/// Heap allocated and not freed by the current thread, so that the other
-/// tests of this binary, on their own threads, do not count.
-struct Counting;
-
-thread_local! {
-    static LIVE: Cell<isize> = const { Cell::new(0) };
-}
-
-fn count(bytes: isize) {
-    // `try_with`: after the thread's locals are gone, nothing to count.
-    let _ = LIVE.try_with(|live| live.set(live.get() + bytes));
-}
-
-// SAFETY: forwards to the system allocator unchanged; only counts.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        count(layout.size() as isize);
-        // SAFETY: same contract as the caller's.
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        count(-(layout.size() as isize));
-        // SAFETY: same contract as the caller's.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-}
-
-#[global_allocator]
-static GLOBAL: Counting = Counting;
-
-fn live_heap() -> isize {
-    LIVE.with(Cell::get)
-}
 
 /// Ten calls judged, failing at half of them: 2 failures in 10 calls keep
 /// a member closed, 5 trip it.

@@ -481,12 +481,57 @@ struct Shared {
     limiters: HashMap<String, std::sync::Arc<crate::limit::Limiter>>,
 }
 
+/// A breaker of the registry. Two words: what only a conflict between
+/// call sites needs is boxed, so that a registry of 10,000 breakers keeps
+/// each within 512 bytes of heap, its place in the table included.
 struct Live {
     breaker: &'static CircuitBreaker,
-    /// The attribute values of the first registration, and the other ones
-    /// already warned about.
-    first: BreakerConfig,
+    seen: Option<Box<Seen>>,
+}
+
+/// What a breaker's registrations gave, where it is not the breaker's own
+/// configuration.
+#[derive(Default)]
+struct Seen {
+    /// The attribute values of the first registration, when the file or
+    /// the code changed them.
+    first: Option<BreakerConfig>,
+    /// The values of later registrations already warned about.
     warned: Vec<BreakerConfig>,
+}
+
+impl Live {
+    fn new(breaker: &'static CircuitBreaker, first: BreakerConfig) -> Live {
+        let seen = (first != *breaker.config()).then(|| {
+            Box::new(Seen {
+                first: Some(first),
+                warned: Vec::new(),
+            })
+        });
+        Live { breaker, seen }
+    }
+
+    /// The attribute values of the first registration.
+    fn first(&self) -> BreakerConfig {
+        self.seen
+            .as_ref()
+            .and_then(|seen| seen.first)
+            .unwrap_or(*self.breaker.config())
+    }
+
+    /// Whether a registration with `defaults` needs no warning: the first
+    /// one's values, or values already warned about.
+    fn knows(&self, defaults: &BreakerConfig) -> bool {
+        self.first() == *defaults
+            || self
+                .seen
+                .as_ref()
+                .is_some_and(|seen| seen.warned.contains(defaults))
+    }
+
+    fn warned(&mut self, defaults: BreakerConfig) {
+        self.seen.get_or_insert_default().warned.push(defaults);
+    }
 }
 
 impl Registry {
@@ -507,21 +552,21 @@ impl Registry {
         {
             let shared = self.read();
             if let Some(live) = shared.live.get(name)
-                && (live.first == defaults || live.warned.contains(&defaults))
+                && live.knows(&defaults)
             {
                 return live.breaker;
             }
         }
         let mut shared = self.write();
         if let Some(live) = shared.live.get_mut(name) {
-            if live.first != defaults && !live.warned.contains(&defaults) {
+            if !live.knows(&defaults) {
                 tracing::warn!(
                     breaker = name,
-                    first = ?live.first,
+                    first = ?live.first(),
                     ignored = ?defaults,
                     "two call sites configure circuit breaker `{name}` differently; the first registration wins (move the setting to the config file to make it explicit)"
                 );
-                live.warned.push(defaults);
+                live.warned(defaults);
             }
             return live.breaker;
         }
@@ -547,19 +592,11 @@ impl Registry {
             let hook = hook.clone();
             breaker.on_state_change(move |name, from, to| hook(name, from, to));
         }
-        let warned = if first == defaults {
-            Vec::new()
-        } else {
-            vec![defaults]
-        };
-        shared.live.insert(
-            name,
-            Live {
-                breaker,
-                first,
-                warned,
-            },
-        );
+        let mut live = Live::new(breaker, first);
+        if first != defaults {
+            live.warned(defaults);
+        }
+        shared.live.insert(name, live);
         breaker
     }
 
