@@ -178,6 +178,7 @@ async fn a_key_read_from_an_argument_the_body_then_consumes() {
     assert_eq!(family("regions").keys(), ["north", "south"]);
 }
 
+#[cfg(feature = "site-list")]
 #[tokio::test(start_paused = true)]
 async fn every_keyed_site_is_listed_as_a_family_before_its_first_call() {
     let sites = registry::global().sites();

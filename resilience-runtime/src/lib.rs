@@ -56,8 +56,9 @@
 //! [`Policy::hedge`](retry::Policy::hedge) on telemetry's side; and the
 //! attributes' retry chain reports its attempts to a scope its call site
 //! hands it.
-// `deny`, not `forbid`: linkme's distributed slice (`registry::SITES`) is
-// the one place allowed to declare the linker sections it needs.
+// `deny`, not `forbid`: linkme's distributed slice (`registry::SITES`,
+// with the `site-list` feature) is the one place allowed to declare the
+// linker sections it needs.
 #![deny(unsafe_code)]
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 

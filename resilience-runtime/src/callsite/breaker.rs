@@ -20,11 +20,13 @@ use crate::{DependencyDown, Error};
 pub trait SiteKind: Copy + std::fmt::Debug + Send + Sync + 'static {
     /// The breaker or the family.
     type Target: std::fmt::Debug + Sync + 'static;
-    /// The one of `registry` named `name`, created with `defaults` if new.
+    /// The one of `registry` named `name`, created with `defaults` if new,
+    /// for the site at `at`.
     fn resolve(
         self,
         registry: &'static registry::Registry,
         name: &'static str,
+        at: &'static std::panic::Location<'static>,
     ) -> &'static Self::Target;
     /// The attribute's values, for the registry's list of sites.
     fn declared(self) -> Defaults;
@@ -37,8 +39,9 @@ impl SiteKind for BreakerConfig {
         self,
         registry: &'static registry::Registry,
         name: &'static str,
+        at: &'static std::panic::Location<'static>,
     ) -> &'static CircuitBreaker {
-        registry.breaker(name, self)
+        registry.site_breaker(name, self, at)
     }
 
     fn declared(self) -> Defaults {
@@ -53,8 +56,9 @@ impl SiteKind for FamilyConfig {
         self,
         registry: &'static registry::Registry,
         name: &'static str,
+        at: &'static std::panic::Location<'static>,
     ) -> &'static BreakerFamily {
-        registry.family(name, self)
+        registry.site_family(name, self, at)
     }
 
     fn declared(self) -> Defaults {
@@ -110,16 +114,17 @@ impl<C: SiteKind> BreakerSite<C> {
     /// The breaker (or family), shared by every site with the same name:
     /// resolved on the first call from the global registry.
     #[inline]
-    pub fn get(&self) -> &'static C::Target {
+    pub fn get(&'static self) -> &'static C::Target {
         self.resolve().0
     }
 
     #[inline]
-    fn resolve(&self) -> (&'static C::Target, Labels) {
+    fn resolve(&'static self) -> (&'static C::Target, Labels) {
         *self.resolved.get_or_init(|| {
+            registry::site_ran(self);
             let registry = registry::global();
             (
-                self.defaults.resolve(registry, self.name),
+                self.defaults.resolve(registry, self.name, self.at),
                 Labels::new(registry.service(), self.name),
             )
         })

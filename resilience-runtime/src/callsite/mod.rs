@@ -55,4 +55,5 @@ pub use crate::registry::{SITES, Site};
 pub use crate::retry::FromRuntimeError;
 pub use crate::retry::chain::{Attempt, Chain, Named, Scope};
 pub use crate::retry::{ByClassify, KeepLast};
+#[cfg(resilience_linked)]
 pub use linkme;

@@ -186,6 +186,9 @@ impl RetrySite {
     #[inline]
     fn resolve(&'static self, owner: impl Owner) -> &'static Resolved {
         self.resolved.get_or_init(|| {
+            // Before the registry's lookup: a method's policy is checked
+            // against the sites known then, this one among them.
+            registry::site_ran(self);
             let name = match (self.default_name, owner()) {
                 (true, Some(owner)) => owned_name(self.name, owner),
                 _ => self.name,

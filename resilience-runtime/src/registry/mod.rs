@@ -96,9 +96,16 @@
 //! site with the configuration it runs with; [`Registry::find_breaker`]
 //! looks a breaker up without bringing a configuration of its own.
 //!
-//! The link-time list needs linker support: Linux, macOS, Windows,
-//! FreeBSD, OpenBSD, illumos (and Android, iOS). Elsewhere it is empty and
-//! the check is skipped.
+//! The link-time list is the `site-list` cargo feature, on by default,
+//! and needs linker support: Linux, macOS, Windows, FreeBSD, OpenBSD,
+//! illumos (and Android, iOS). Without it (the feature off, or elsewhere)
+//! the registry learns each site at its first call: the section names are
+//! not checked (one WARN at [`install`] says so), a section over a site's
+//! values is checked at that site's first call (an invalid pair is an
+//! ERROR, the site running on its attribute's values), [`Registry::sites`]
+//! lists the sites that have run, and the first rule below holds only for
+//! a name given whole in code, or whose sites (and layers) come to the
+//! same settings once the file is laid over them.
 //!
 //! # Rules
 //!
@@ -114,7 +121,10 @@
 //!   set the name once in the config file or in code. Only a name that no
 //!   site and no code configures is created with the values of its first
 //!   caller ([`Registry::breaker`]), and a later caller with other values
-//!   gets a WARN.
+//!   gets a WARN. Without the link-time list, the first of the sites (or
+//!   layer) to run configures the name, and each later site whose settings
+//!   would run differently is an ERROR naming the name, both sites and
+//!   both values; its calls go through the same breaker.
 //! - **Every combination is checked before the first call.** The file's
 //!   sections, the code and the attributes' values are combined and
 //!   checked when the registry is built: a `[breakers.x] window_calls = 30`
@@ -167,6 +177,7 @@ use crate::retry::{Budget, BudgetConfig, Policy, PolicyBuilder};
 use self::file::FileConfig;
 #[cfg(not(feature = "config-file"))]
 use self::no_file::FileConfig;
+pub(crate) use self::sites::ran as site_ran;
 #[doc(hidden)]
 pub use self::sites::{Defaults, SITES, Site, SiteDefaults};
 pub use self::sites::{SiteConfig, SiteInfo};
@@ -218,11 +229,12 @@ pub fn parse_duration(text: &str) -> Result<std::time::Duration, ConfigError> {
 ///
 /// When `RESILIENCE_CONFIG` names a file that cannot be read, does not
 /// parse, holds a value out of range, or has a section that names no call
-/// site (or names any file, in a build without the `config-file`
-/// feature), and no registry was installed: every protected call then
-/// panics with the error (the file, the key and the value). Running on the
-/// attributes' values instead would hide that the operator's settings are
-/// not in force. Call [`install`] at startup to get the error as a value.
+/// site (with the `site-list` feature), or names any file in a build
+/// without the `config-file` feature, and no registry was installed: every
+/// protected call then panics with the error (the file, the key and the
+/// value). Running on the attributes' values instead would hide that the
+/// operator's settings are not in force. Call [`install`] at startup to
+/// get the error as a value.
 pub fn global() -> &'static Registry {
     GLOBAL.get_or_init(|| {
         match Registry::builder().from_env().and_then(RegistryBuilder::build_checked) {
@@ -246,6 +258,10 @@ pub fn global() -> &'static Registry {
 /// [`RegistryBuilder::budget`]) and each `[limits.<name>]` (a site's
 /// `limit = "<name>"`, or [`RegistryBuilder::limit`]). Every such section
 /// is reported, with the nearest name when there is one.
+///
+/// Without the `site-list` cargo feature there is no list of sites to
+/// check the sections against: they are accepted, and one WARN says that
+/// their names were not checked.
 ///
 /// A site's `limit` that no section names is no error: its calls go
 /// through an adaptive limit at Netflix's Vegas defaults, which learns the
@@ -275,7 +291,7 @@ fn method_section(section: &str) -> Option<&'static str> {
     let (path, function) = section.rsplit_once("::")?;
     let (module, _ty) = path.rsplit_once("::")?;
     let name = format!("{module}::{function}");
-    sites::linked()
+    sites::known()
         .map(|site| site.name)
         .find(|site| *site == name)
 }
@@ -353,25 +369,7 @@ impl Declared {
                             continue;
                         }
                         Some(&(first, at)) if first != config => {
-                            let mut differ = differences(first.breaker(), config.breaker());
-                            if first.max_members() != config.max_members() {
-                                differ.push(format!(
-                                    "`max_members` {} and {}",
-                                    first.max_members(),
-                                    config.max_members()
-                                ));
-                            }
-                            if first.idle() != config.idle() {
-                                differ.push(format!(
-                                    "`idle` {:?} and {:?}",
-                                    first.idle(),
-                                    config.idle()
-                                ));
-                            }
-                            if differ.is_empty() {
-                                differ.push(format!("{first:?} and {config:?}"));
-                            }
-                            (at, differ)
+                            (at, family_differences(&first, &config))
                         }
                         Some(_) => continue,
                     }
@@ -402,6 +400,49 @@ impl Declared {
             families: families.into_iter().map(|(k, (c, _))| (k, c)).collect(),
         })
     }
+}
+
+/// Reports, at ERROR, the site at `at` whose settings for the breaker (or
+/// family) `name` are not in force because `first` created it before the
+/// site ran: possible only without the link-time list of sites, which
+/// resolves every name before the first call. An error, not a panic: the
+/// call still runs, with the breaker every other caller of the name shares.
+fn site_conflict(
+    kind: &str,
+    name: &str,
+    first: &str,
+    at: &std::panic::Location<'_>,
+    differ: &[String],
+    in_code: &str,
+) {
+    let differ = differ.join(", ");
+    tracing::error!(
+        breaker = name,
+        site = %at,
+        first = %first,
+        differ = %differ,
+        "{kind} `{name}` runs with the settings of {first}; the `#[circuit_breaker]` site at {at} declares others, not in force (in force, then this site's: {differ}). Without the link-time list of sites (the `site-list` cargo feature, off in this build or not supported by its target) a site's settings are known only once it runs, so the first to run configures the name: give every site of `{name}` the same settings, or set them once in the config file (`[breakers.{key}]`) or in code (`{in_code}`)",
+        key = toml_key(name),
+    );
+}
+
+/// [`differences`] of two families, with their own settings.
+fn family_differences(a: &FamilyConfig, b: &FamilyConfig) -> Vec<String> {
+    let mut differ = differences(a.breaker(), b.breaker());
+    if a.max_members() != b.max_members() {
+        differ.push(format!(
+            "`max_members` {} and {}",
+            a.max_members(),
+            b.max_members()
+        ));
+    }
+    if a.idle() != b.idle() {
+        differ.push(format!("`idle` {:?} and {:?}", a.idle(), b.idle()));
+    }
+    if differ.is_empty() {
+        differ.push(format!("{a:?} and {b:?}"));
+    }
+    differ
 }
 
 /// The settings in which `a` and `b` differ, in the attributes' words:
@@ -475,7 +516,7 @@ struct Shared {
     code_budgets: HashMap<String, BudgetConfig>,
     live: HashMap<&'static str, Live>,
     code_families: HashMap<String, FamilyConfig>,
-    families: HashMap<&'static str, &'static BreakerFamily>,
+    families: HashMap<&'static str, LiveFamily>,
     budgets: HashMap<String, &'static Budget>,
     code_limits: HashMap<String, crate::limit::LimitConfig>,
     limiters: HashMap<String, std::sync::Arc<crate::limit::Limiter>>,
@@ -498,6 +539,48 @@ struct Seen {
     first: Option<BreakerConfig>,
     /// The values of later registrations already warned about.
     warned: Vec<BreakerConfig>,
+}
+
+/// A breaker family of the registry, and the attributes' values it was
+/// created with (see [`Live`]): one per family name, not per member.
+struct LiveFamily {
+    family: &'static BreakerFamily,
+    first: FamilyConfig,
+}
+
+/// Who asks the registry for a breaker or a family. Without the link-time
+/// list of sites, whoever comes first configures it, and a later site
+/// whose settings are then not in force is reported.
+#[derive(Debug, Clone, Copy)]
+enum Origin {
+    /// A `#[circuit_breaker]` site, at its first call.
+    Site(&'static std::panic::Location<'static>),
+    /// An HTTP or tower layer, which brings no settings of its own.
+    #[cfg_attr(not(any(feature = "reqwest", feature = "tower")), allow(dead_code))]
+    Layer,
+    /// The code: [`Registry::breaker`], [`Registry::family`], or a lookup
+    /// of a name given in code.
+    Call,
+}
+
+/// Who configured `name` with the attributes' values `first` before the
+/// site at `at` ran, in the words of the report: the first other site of
+/// the name that ran with those values, else a layer or the code. Found
+/// from the sites that ran rather than kept with each breaker, whose
+/// entry stays two words.
+fn first_creator(name: &str, first: Defaults, at: &std::panic::Location<'_>) -> String {
+    let same = |config: Defaults| match (config, first) {
+        (Defaults::Breaker(a), Defaults::Breaker(b)) => a == b,
+        (Defaults::Family(a), Defaults::Family(b)) => a == b,
+        _ => false,
+    };
+    sites::known()
+        .filter(|site| site.name == name && same(site.config))
+        .find_map(|site| site.at.filter(|other| **other != *at))
+        .map_or_else(
+            || "a layer (with the default settings: a layer brings none of its own) or the code (`Registry::breaker`, `Registry::family`) that created it before any of its sites ran".to_owned(),
+            |other| format!("the site at {other}, which ran first"),
+        )
 }
 
 impl Live {
@@ -549,16 +632,64 @@ impl Registry {
     /// names both. The reference is `'static`, so a call site can keep it
     /// in a `static`.
     pub fn breaker(&self, name: &'static str, defaults: BreakerConfig) -> &'static CircuitBreaker {
+        self.breaker_from(name, defaults, Origin::Call)
+    }
+
+    /// [`breaker`](Self::breaker) for the `#[circuit_breaker]` site at `at`.
+    pub(crate) fn site_breaker(
+        &self,
+        name: &'static str,
+        defaults: BreakerConfig,
+        at: &'static std::panic::Location<'static>,
+    ) -> &'static CircuitBreaker {
+        self.breaker_from(name, defaults, Origin::Site(at))
+    }
+
+    fn breaker_from(
+        &self,
+        name: &'static str,
+        defaults: BreakerConfig,
+        origin: Origin,
+    ) -> &'static CircuitBreaker {
         {
             let shared = self.read();
             if let Some(live) = shared.live.get(name)
-                && live.knows(&defaults)
+                && match origin {
+                    Origin::Site(_) => live.first() == defaults,
+                    Origin::Layer => true,
+                    Origin::Call => live.knows(&defaults),
+                }
             {
                 return live.breaker;
             }
         }
         let mut shared = self.write();
+        if let Some(live) = shared.live.get(name)
+            && let Origin::Site(at) = origin
+        {
+            let first = live.first();
+            if first != defaults && !shared.code_breakers.contains_key(name) {
+                // Only what would run differently is a conflict: the file
+                // may set the very settings in which the sites differ.
+                let in_force = *live.breaker.config();
+                let theirs = self.file.breaker(name, defaults);
+                if in_force != theirs {
+                    site_conflict(
+                        "circuit breaker",
+                        name,
+                        &first_creator(name, Defaults::Breaker(first), at),
+                        at,
+                        &differences(&in_force, &theirs),
+                        "RegistryBuilder::breaker",
+                    );
+                }
+            }
+            return live.breaker;
+        }
         if let Some(live) = shared.live.get_mut(name) {
+            if matches!(origin, Origin::Layer) {
+                return live.breaker;
+            }
             if !live.knows(&defaults) {
                 tracing::warn!(
                     breaker = name,
@@ -613,7 +744,7 @@ impl Registry {
             .get(name)
             .copied()
             .unwrap_or_default();
-        self.breaker(name, defaults)
+        self.breaker_from(name, defaults, Origin::Layer)
     }
 
     fn resolve(
@@ -661,12 +792,51 @@ impl Registry {
     /// # Ok::<(), resilience::ConfigError>(())
     /// ```
     pub fn family(&self, name: &'static str, defaults: FamilyConfig) -> &'static BreakerFamily {
-        if let Some(family) = self.read().families.get(name) {
-            return family;
+        self.family_from(name, defaults, Origin::Call)
+    }
+
+    /// [`family`](Self::family) for the `#[circuit_breaker(key = ..)]`
+    /// site at `at`.
+    pub(crate) fn site_family(
+        &self,
+        name: &'static str,
+        defaults: FamilyConfig,
+        at: &'static std::panic::Location<'static>,
+    ) -> &'static BreakerFamily {
+        self.family_from(name, defaults, Origin::Site(at))
+    }
+
+    fn family_from(
+        &self,
+        name: &'static str,
+        defaults: FamilyConfig,
+        origin: Origin,
+    ) -> &'static BreakerFamily {
+        if let Some(live) = self.read().families.get(name)
+            && (live.first == defaults || !matches!(origin, Origin::Site(_)))
+        {
+            return live.family;
         }
         let mut shared = self.write();
-        if let Some(family) = shared.families.get(name) {
-            return family;
+        if let Some(live) = shared.families.get(name) {
+            if let Origin::Site(at) = origin
+                && live.first != defaults
+                && !shared.code_families.contains_key(name)
+            {
+                let in_force = *live.family.config();
+                let theirs = self.file.family(name, defaults);
+                if in_force != theirs {
+                    site_conflict(
+                        "breaker family",
+                        name,
+                        &first_creator(name, Defaults::Family(live.first), at),
+                        at,
+                        &family_differences(&in_force, &theirs),
+                        "RegistryBuilder::family",
+                    );
+                }
+            }
+            return live.family;
         }
         let declared = self
             .declared
@@ -693,7 +863,13 @@ impl Registry {
             let hook = hook.clone();
             family.on_state_change(move |name, from, to| hook(name, from, to));
         }
-        shared.families.insert(name, family);
+        shared.families.insert(
+            name,
+            LiveFamily {
+                family,
+                first: declared,
+            },
+        );
         family
     }
 
@@ -717,7 +893,11 @@ impl Registry {
 
     /// The breaker families created so far.
     pub fn families(&self) -> Vec<&'static BreakerFamily> {
-        self.read().families.values().copied().collect()
+        self.read()
+            .families
+            .values()
+            .map(|live| live.family)
+            .collect()
     }
 
     /// The retry policy named `name`: `[retry.<name>]` of the file over the
@@ -802,7 +982,8 @@ impl Registry {
     ///
     /// Unlike [`breaker`](Self::breaker), it never brings a configuration
     /// of its own: looking a breaker up, to attach a hook or read its
-    /// state, cannot change how it trips.
+    /// state, cannot change how it trips. Without the `site-list` cargo
+    /// feature, a site's breaker is found once one of its sites has run.
     ///
     /// ```
     /// use resilience::registry::Registry;
@@ -831,6 +1012,10 @@ impl Registry {
     /// code over the attribute), sorted by kind and name; one entry per
     /// breaker name. For a startup log or a health endpoint.
     ///
+    /// Without the `site-list` cargo feature (or on a target whose linker
+    /// does not gather the sites), only the sites that have run: each is
+    /// listed from its first call on.
+    ///
     /// ```
     /// use resilience::registry::{Registry, SiteConfig};
     ///
@@ -856,7 +1041,7 @@ impl Registry {
         // lets no new reader in while a writer waits).
         let shared = self.read();
         let mut seen = std::collections::HashSet::new();
-        let mut all: Vec<SiteInfo> = sites::linked()
+        let mut all: Vec<SiteInfo> = sites::known()
             .filter_map(|site| {
                 let config = match site.config {
                     Defaults::Retry(defaults) => {
@@ -896,7 +1081,7 @@ impl Registry {
                             .copied()
                             .unwrap_or(defaults);
                         let config = match shared.families.get(site.name) {
-                            Some(family) => *family.config(),
+                            Some(live) => *live.family.config(),
                             None => {
                                 let from_code = shared
                                     .code_families
@@ -1056,11 +1241,27 @@ impl Registry {
                 + file.budget_names().count()
                 + file.limit_names().count();
             if sections > 0 {
-                tracing::warn!(
-                    sections,
-                    origin = self.file.origin().unwrap_or("config"),
-                    "no `#[retry]` or `#[circuit_breaker]` fn is linked into this binary, so the names of the configuration's sections could not be checked: a section names a site only if that fn is in the binary"
-                );
+                let origin = self.file.origin().unwrap_or("config");
+                if cfg!(feature = "site-list") && cfg!(resilience_linked) {
+                    tracing::warn!(
+                        sections,
+                        origin,
+                        "no `#[retry]` or `#[circuit_breaker]` fn is linked into this binary, so the names of the configuration's sections could not be checked: a section names a site only if that fn is in the binary"
+                    );
+                } else {
+                    // Said at each start: a misspelt section configures
+                    // nothing, and nothing else would tell.
+                    tracing::warn!(
+                        sections,
+                        origin,
+                        "this build of `resilience` has no list of its `#[retry]` and `#[circuit_breaker]` sites ({}), so the names of the configuration's sections are not checked: a section that names no site configures nothing, without an error; `Registry::sites` lists the sites that have run",
+                        if cfg!(feature = "site-list") {
+                            "its target's linker does not gather them"
+                        } else {
+                            "its `site-list` cargo feature is off"
+                        },
+                    );
+                }
             }
             return Ok(());
         }

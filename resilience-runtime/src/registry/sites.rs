@@ -2,12 +2,14 @@
 //! gathered at link time so that the registry knows every name before the
 //! first call.
 //!
-//! Each attribute adds one `static` to a [`linkme`] distributed slice: the
-//! linker collects them, nothing runs at startup and nothing is added to a
-//! call. Supported where linkme is: Linux, macOS, Windows, FreeBSD, OpenBSD
-//! and illumos. Elsewhere (e.g. `wasm32`) the list is empty and no config
-//! section can be checked against it, so [`install`](super::install) does
-//! not refuse names there.
+//! With the `site-list` feature (on by default), each attribute adds one
+//! `static` to a linkme distributed slice: the linker collects them,
+//! nothing runs at startup and nothing is added to a call. Supported where
+//! linkme is: Linux, macOS, Windows, FreeBSD, OpenBSD and illumos.
+//! Without the feature, or elsewhere (e.g. `wasm32`), the list is empty:
+//! no config section can be checked against it, so
+//! [`install`](super::install) does not refuse names, and a site is known
+//! from its first call on (`ran`).
 
 use std::fmt;
 
@@ -68,7 +70,9 @@ mod linked {
 
 #[cfg(not(resilience_linked))]
 mod linked {
-    /// No linker support: no site is known before it runs.
+    /// No link-time list (the `site-list` feature is off, or the target's
+    /// linker does not gather the sections): no site is known before it
+    /// runs.
     #[doc(hidden)]
     pub static SITES: [&'static dyn super::Site; 0] = [];
 }
@@ -90,7 +94,7 @@ macro_rules! __resilience_register_site {
     };
 }
 
-/// No linker support: the site is not listed before it runs.
+/// No link-time list: the site is known from its first call on.
 #[cfg(not(resilience_linked))]
 #[doc(hidden)]
 #[macro_export]
@@ -101,6 +105,39 @@ macro_rules! __resilience_register_site {
 /// Every site linked into the program, in no particular order.
 pub(super) fn linked() -> impl Iterator<Item = SiteDefaults> {
     SITES.iter().map(|site| site.describe())
+}
+
+/// The sites that have run, in the order they first ran, when the linker
+/// does not list them: what [`Registry::sites`](super::Registry::sites)
+/// can still show.
+#[cfg(not(resilience_linked))]
+static RAN: std::sync::Mutex<Vec<&'static dyn Site>> = std::sync::Mutex::new(Vec::new());
+
+/// Records that `site` resolved its configuration, on its first call.
+/// Linked sites are in [`SITES`] already, so this costs them nothing.
+#[inline]
+pub(crate) fn ran(site: &'static dyn Site) {
+    #[cfg(not(resilience_linked))]
+    RAN.lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .push(site);
+    #[cfg(resilience_linked)]
+    let _ = site;
+}
+
+/// Every site the registry can know of: the linked ones, and without a
+/// link-time list, those that have run so far.
+pub(super) fn known() -> impl Iterator<Item = SiteDefaults> {
+    #[cfg(not(resilience_linked))]
+    let ran: Vec<SiteDefaults> = RAN
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .iter()
+        .map(|site| site.describe())
+        .collect();
+    #[cfg(resilience_linked)]
+    let ran: Vec<SiteDefaults> = Vec::new();
+    linked().chain(ran)
 }
 
 /// One protected call site and the configuration it runs with, from
