@@ -44,7 +44,7 @@
 //! | 3 mechanisms that report through telemetry | `breaker`, `limit` |
 //! | 2 observation of calls: metrics, spans, events | `telemetry` |
 //! | 1 the retry core: backoff, classification, the attempt loop, budgets, hedging | `retry` |
-//! | 0 ground: errors, the caller's deadline, durations and timers, striped counters and tickers, the Redis link | `clock`, `deadline`, `error`, `redis_link`, `striped` |
+//! | 0 ground: errors, the caller's deadline, durations and timers, striped counters and tickers, the Redis link; the tests' event counter | `clock`, `deadline`, `error`, `redis_link`, `striped`, `test_events` |
 //!
 //! What a lower layer needs from a higher one is passed down when it is
 //! known, never looked up: a breaker's service label is given to it by the

@@ -50,7 +50,12 @@ prop_compose! {
                 Backoff::new()
                     .with_initial(Duration::from_millis(initial_ms))
                     .with_max_interval(Duration::from_millis(initial_ms + extra_ms))
-                    .with_multiplier(multiplier)
+                    // Decorrelated jitter grows by itself: a multiplier
+                    // beside it is refused, so only the default goes.
+                    .with_multiplier(match jitter {
+                        Jitter::Decorrelated => 2.0,
+                        _ => multiplier,
+                    })
                     .with_jitter(jitter),
             )
             .with_max_attempts(max_attempts)
