@@ -2,7 +2,12 @@
 //! what they refuse, with the exact message (`ui/fail/*.stderr`).
 //!
 //! Regenerate the expected output after a deliberate change of wording:
-//! `TRYBUILD=overwrite cargo test --test ui`.
+//! `TRYBUILD=overwrite cargo test --all-features --test ui`. With all
+//! features, as the README's test command runs it: with the default ones,
+//! rustc prints some paths in full (`std::string::String` for `String`,
+//! `std::net::IpAddr` in a list of impls, sorted differently), and an
+//! overwrite from such a run rewrites `.stderr` files that CI then
+//! rejects.
 
 #[test]
 fn ui() {
