@@ -3,8 +3,7 @@
 //!
 //! Regenerate the expected output after a deliberate change of wording:
 //! `TRYBUILD=overwrite cargo test --all-features --test ui`. With all
-//! features, as the README's test command runs it: the optional
-//! dependencies bring more items of the same names, so rustc prints some
+//! features, as the README's test command runs it: there rustc prints some
 //! paths in full (`std::string::String`, `std::net::IpAddr` in a list of
 //! impls, sorted differently) that a default-features run shortens, and an
 //! overwrite from such a run rewrites `.stderr` files that CI then
