@@ -1,61 +1,79 @@
-//! Counting the events a test's own code logs, reliably beside the other
+//! Recording the events a test's own code logs, reliably beside the other
 //! tests of the binary.
 //!
 //! tracing decides once per callsite, process-wide, whether anyone wants
 //! its events. With one subscriber alive, that decision is taken against
 //! the default of whichever thread reaches the callsite first: a test
-//! thread without a subscriber caches "never", and a test counting on its
+//! thread without a subscriber caches "never", and a test recording on its
 //! own thread sees nothing (1 run in 4 of the parallel suite). With a
 //! second one alive, every thread's registration asks them all, and the
 //! rebuild mends what was cached before.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::fmt;
+use std::sync::{Arc, Mutex};
 
+use tracing::field::{Field, Visit};
 use tracing::span::{Attributes, Id, Record};
 use tracing::subscriber::DefaultGuard;
 use tracing::{Dispatch, Event, Level, Metadata, Subscriber};
 
-/// Counts this thread's events of `level` (and of `target`, if given)
-/// while the guard lives.
-pub(crate) struct Counted {
-    count: Arc<AtomicUsize>,
+/// This thread's events at `at_least` or more severe, while it lives, each
+/// as `LEVEL target: field=value …`.
+pub(crate) struct Recorded {
+    events: Arc<Mutex<Vec<String>>>,
     _default: DefaultGuard,
     _second: Dispatch,
 }
 
-impl Counted {
-    pub(crate) fn get(&self) -> usize {
-        self.count.load(Ordering::SeqCst)
+impl Recorded {
+    /// The events recorded since the last `take`.
+    pub(crate) fn take(&self) -> Vec<String> {
+        std::mem::take(&mut *self.events.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    /// How many of the recorded events (not taken yet) are of `level` and
+    /// `target`.
+    pub(crate) fn count(&self, level: Level, target: &str) -> usize {
+        let prefix = format!("{level} {target}:");
+        let events = self.events.lock().unwrap_or_else(|e| e.into_inner());
+        events.iter().filter(|e| e.starts_with(&prefix)).count()
     }
 }
 
-pub(crate) fn count(level: Level, target: Option<&'static str>) -> Counted {
-    let count = Arc::new(AtomicUsize::new(0));
-    let counter = |count| Counter {
-        level,
-        target,
-        count,
-    };
-    let default = tracing::subscriber::set_default(counter(count.clone()));
-    let second = Dispatch::new(counter(Arc::new(AtomicUsize::new(0))));
+pub(crate) fn record(at_least: Level) -> Recorded {
+    let events = Arc::new(Mutex::new(Vec::new()));
+    let default = tracing::subscriber::set_default(Recorder {
+        at_least,
+        events: events.clone(),
+    });
+    let second = Dispatch::new(Recorder {
+        at_least,
+        events: Arc::default(),
+    });
     tracing::callsite::rebuild_interest_cache();
-    Counted {
-        count,
+    Recorded {
+        events,
         _default: default,
         _second: second,
     }
 }
 
-struct Counter {
-    level: Level,
-    target: Option<&'static str>,
-    count: Arc<AtomicUsize>,
+struct Recorder {
+    at_least: Level,
+    events: Arc<Mutex<Vec<String>>>,
 }
 
-impl Subscriber for Counter {
-    fn enabled(&self, _: &Metadata<'_>) -> bool {
-        true
+struct Text(String);
+
+impl Visit for Text {
+    fn record_debug(&mut self, field: &Field, value: &dyn fmt::Debug) {
+        self.0.push_str(&format!(" {}={value:?}", field.name()));
+    }
+}
+
+impl Subscriber for Recorder {
+    fn enabled(&self, metadata: &Metadata<'_>) -> bool {
+        *metadata.level() <= self.at_least
     }
     fn new_span(&self, _: &Attributes<'_>) -> Id {
         Id::from_u64(1)
@@ -64,9 +82,12 @@ impl Subscriber for Counter {
     fn record_follows_from(&self, _: &Id, _: &Id) {}
     fn event(&self, event: &Event<'_>) {
         let meta = event.metadata();
-        if *meta.level() == self.level && self.target.is_none_or(|t| meta.target() == t) {
-            self.count.fetch_add(1, Ordering::SeqCst);
-        }
+        let mut text = Text(format!("{} {}:", meta.level(), meta.target()));
+        event.record(&mut text);
+        self.events
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(text.0);
     }
     fn enter(&self, _: &Id) {}
     fn exit(&self, _: &Id) {}

@@ -104,20 +104,21 @@ mod tests {
         let recorder = DebuggingRecorder::new();
         let snapshotter = recorder.snapshotter();
         let _local = metrics::set_default_local_recorder(&recorder);
-        let warns = crate::test_events::count(Level::WARN, Some("resilience"));
+        let events = crate::test_events::record(Level::WARN);
+        let warns = || events.count(Level::WARN, "resilience");
 
         let bulkhead = Bulkhead::new("stock", 1).unwrap();
         let held = bulkhead.try_acquire(Priority::Critical).unwrap();
         for _ in 0..3 {
             assert!(bulkhead.try_acquire(Priority::Default).is_err());
         }
-        assert_eq!(warns.get(), 1, "one WARN for the first shed");
+        assert_eq!(warns(), 1, "one WARN for the first shed");
         tokio::time::advance(std::time::Duration::from_secs(59)).await;
         assert!(bulkhead.try_acquire(Priority::Sheddable).is_err());
-        assert_eq!(warns.get(), 1);
+        assert_eq!(warns(), 1);
         tokio::time::advance(std::time::Duration::from_secs(2)).await;
         assert!(bulkhead.try_acquire(Priority::Default).is_err());
-        assert_eq!(warns.get(), 2, "again after a minute");
+        assert_eq!(warns(), 2, "again after a minute");
         let limit = AdaptiveLimit::new("users", VegasConfig::new()).unwrap();
         let _permit = limit.try_acquire(Priority::Default).unwrap();
 

@@ -1,4 +1,3 @@
-use std::fmt;
 use std::time::Duration;
 
 use super::*;
@@ -263,46 +262,16 @@ fn a_file_on_disk_is_read() {
     );
 }
 
-/// Records the WARN events emitted while it is the thread's subscriber.
-#[derive(Clone, Default)]
-struct Warnings(std::sync::Arc<std::sync::Mutex<Vec<String>>>);
-
-impl tracing::Subscriber for Warnings {
-    fn enabled(&self, metadata: &tracing::Metadata<'_>) -> bool {
-        *metadata.level() == tracing::Level::WARN
-    }
-    fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
-        tracing::span::Id::from_u64(1)
-    }
-    fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
-    fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
-    fn event(&self, event: &tracing::Event<'_>) {
-        struct Text(String);
-        impl tracing::field::Visit for Text {
-            fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn fmt::Debug) {
-                self.0.push_str(&format!("{}={value:?} ", field.name()));
-            }
-        }
-        let mut text = Text(String::new());
-        event.record(&mut text);
-        self.0.lock().unwrap().push(text.0);
-    }
-    fn enter(&self, _: &tracing::span::Id) {}
-    fn exit(&self, _: &tracing::span::Id) {}
-}
-
 #[test]
 fn a_conflicting_registration_is_warned_once_naming_both() {
-    let warnings = Warnings::default();
     let r = registry();
-    tracing::subscriber::with_default(warnings.clone(), || {
-        r.breaker("billing", BreakerConfig::new().with_min_requests(7));
-        r.breaker("billing", BreakerConfig::new().with_min_requests(7));
-        for _ in 0..3 {
-            r.breaker("billing", BreakerConfig::new().with_min_requests(99));
-        }
-    });
-    let seen = warnings.0.lock().unwrap();
+    let warnings = crate::test_events::record(tracing::Level::WARN);
+    r.breaker("billing", BreakerConfig::new().with_min_requests(7));
+    r.breaker("billing", BreakerConfig::new().with_min_requests(7));
+    for _ in 0..3 {
+        r.breaker("billing", BreakerConfig::new().with_min_requests(99));
+    }
+    let seen = warnings.take();
     assert_eq!(seen.len(), 1, "{seen:?}");
     let warning = &seen[0];
     assert!(warning.contains("breaker=\"billing\""), "{warning}");
@@ -612,7 +581,7 @@ fn a_multiplier_the_file_sets_beside_decorrelated_jitter_is_refused() {
 /// word, as it was while the file's half of the lookup swallowed the error.
 #[test]
 fn a_retry_section_that_does_not_apply_at_run_time_is_logged() {
-    let errors = crate::test_events::count(tracing::Level::ERROR, None);
+    let events = crate::test_events::record(tracing::Level::ERROR);
     let registry = Registry::builder()
         .config_str("[retry.\"feed.poll\"]\njitter = 0.3\n", "r.toml")
         .and_then(|builder| builder.build())
@@ -620,47 +589,7 @@ fn a_retry_section_that_does_not_apply_at_run_time_is_logged() {
     let full = PolicyBuilder::http().with_jitter(Jitter::Full);
     let policy = registry.policy("feed.poll", full);
     assert_eq!(policy.backoff().jitter(), Jitter::Full);
-    assert_eq!(errors.get(), 1);
-}
-
-/// Records the events at `0` or above while it is the thread's subscriber.
-#[derive(Clone)]
-struct AtLeast(
-    tracing::Level,
-    std::sync::Arc<std::sync::Mutex<Vec<String>>>,
-);
-
-impl AtLeast {
-    fn new(level: tracing::Level) -> Self {
-        AtLeast(level, Default::default())
-    }
-    fn take(&self) -> Vec<String> {
-        std::mem::take(&mut *self.1.lock().unwrap())
-    }
-}
-
-impl tracing::Subscriber for AtLeast {
-    fn enabled(&self, metadata: &tracing::Metadata<'_>) -> bool {
-        *metadata.level() <= self.0
-    }
-    fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
-        tracing::span::Id::from_u64(1)
-    }
-    fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
-    fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
-    fn event(&self, event: &tracing::Event<'_>) {
-        struct Text(String);
-        impl tracing::field::Visit for Text {
-            fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn fmt::Debug) {
-                self.0.push_str(&format!("{}={value:?} ", field.name()));
-            }
-        }
-        let mut text = Text(format!("{} ", event.metadata().level()));
-        event.record(&mut text);
-        self.1.lock().unwrap().push(text.0);
-    }
-    fn enter(&self, _: &tracing::span::Id) {}
-    fn exit(&self, _: &tracing::span::Id) {}
+    assert_eq!(events.take().len(), 1);
 }
 
 // What a site reports when another caller of its name configured the
@@ -670,84 +599,84 @@ impl tracing::Subscriber for AtLeast {
 // without the list records: tests/registry_no_site_list.rs names it.)
 #[test]
 fn a_site_whose_settings_come_too_late_is_an_error_naming_both() {
-    let events = AtLeast::new(tracing::Level::WARN);
+    let events = crate::test_events::record(tracing::Level::WARN);
     let late = std::panic::Location::caller();
     let agreeing = std::panic::Location::caller();
     let r = Registry::builder()
         .breaker("coded", BreakerConfig::new().with_min_requests(20))
         .build()
         .unwrap();
-    tracing::subscriber::with_default(events.clone(), || {
-        let x = r.breaker("x", BreakerConfig::new().with_min_requests(5));
-        let again = r.site_breaker("x", BreakerConfig::new().with_min_requests(9), late);
-        assert!(std::ptr::eq(x, again));
-        assert_eq!(x.config().min_requests(), 5);
-        let logged = events.take();
-        assert_eq!(logged.len(), 1, "{logged:?}");
-        for needle in [
-            "ERROR ",
-            "breaker=\"x\"",
-            "circuit breaker `x` runs with the settings of a layer",
-            "or the code (`Registry::breaker`, `Registry::family`) that created it before any of its sites ran",
-            &format!("the `#[circuit_breaker]` site at {late} declares others"),
-            "(in force, then this site's: `min` 5 and 9)",
-            "`[breakers.x]`",
-            "`RegistryBuilder::breaker`",
-        ] {
-            assert!(logged[0].contains(needle), "{needle} not in {}", logged[0]);
-        }
-        // A site that agrees with the breaker in force: nothing to say.
-        r.site_breaker("x", BreakerConfig::new().with_min_requests(5), agreeing);
-        // The code gives the name a whole configuration: the attributes'
-        // values are not used, whichever runs first.
-        r.site_breaker("coded", BreakerConfig::new().with_min_requests(5), agreeing);
-        let coded = r.site_breaker("coded", BreakerConfig::new().with_min_requests(9), late);
-        assert_eq!(coded.config().min_requests(), 20);
-        assert!(events.take().is_empty());
+    // What building the registry logged is not this test's.
+    events.take();
+    let x = r.breaker("x", BreakerConfig::new().with_min_requests(5));
+    let again = r.site_breaker("x", BreakerConfig::new().with_min_requests(9), late);
+    assert!(std::ptr::eq(x, again));
+    assert_eq!(x.config().min_requests(), 5);
+    let logged = events.take();
+    assert_eq!(logged.len(), 1, "{logged:?}");
+    for needle in [
+        "ERROR ",
+        "breaker=\"x\"",
+        "circuit breaker `x` runs with the settings of a layer",
+        "or the code (`Registry::breaker`, `Registry::family`) that created it before any of its sites ran",
+        &format!("the `#[circuit_breaker]` site at {late} declares others"),
+        "(in force, then this site's: `min` 5 and 9)",
+        "`[breakers.x]`",
+        "`RegistryBuilder::breaker`",
+    ] {
+        assert!(logged[0].contains(needle), "{needle} not in {}", logged[0]);
+    }
+    // A site that agrees with the breaker in force: nothing to say.
+    r.site_breaker("x", BreakerConfig::new().with_min_requests(5), agreeing);
+    // The code gives the name a whole configuration: the attributes'
+    // values are not used, whichever runs first.
+    r.site_breaker("coded", BreakerConfig::new().with_min_requests(5), agreeing);
+    let coded = r.site_breaker("coded", BreakerConfig::new().with_min_requests(9), late);
+    assert_eq!(coded.config().min_requests(), 20);
+    assert!(events.take().is_empty());
 
-        // A family, in its own words.
-        r.family("f", FamilyConfig::new().with_max_members(10));
-        r.site_family("f", FamilyConfig::new().with_max_members(20), late);
-        let logged = events.take();
-        assert_eq!(logged.len(), 1, "{logged:?}");
-        for needle in [
-            "ERROR ",
-            "breaker family `f` runs with the settings of a layer",
-            "`max_members` 10 and 20",
-            "`RegistryBuilder::family`",
-        ] {
-            assert!(logged[0].contains(needle), "{needle} not in {}", logged[0]);
-        }
-        assert_eq!(r.families()[0].config().max_members(), 10);
-    });
+    // A family, in its own words.
+    r.family("f", FamilyConfig::new().with_max_members(10));
+    r.site_family("f", FamilyConfig::new().with_max_members(20), late);
+    let logged = events.take();
+    assert_eq!(logged.len(), 1, "{logged:?}");
+    for needle in [
+        "ERROR ",
+        "breaker family `f` runs with the settings of a layer",
+        "`max_members` 10 and 20",
+        "`RegistryBuilder::family`",
+    ] {
+        assert!(logged[0].contains(needle), "{needle} not in {}", logged[0]);
+    }
+    assert_eq!(r.families()[0].config().max_members(), 10);
 }
 
 #[cfg(any(feature = "reqwest", feature = "tower"))]
 #[test]
 fn a_layer_takes_the_breaker_in_force_and_a_later_site_is_told() {
-    let events = AtLeast::new(tracing::Level::WARN);
+    let events = crate::test_events::record(tracing::Level::WARN);
     let at = std::panic::Location::caller();
     let r = Registry::builder().build().unwrap();
-    tracing::subscriber::with_default(events.clone(), || {
-        // The site first: the layer takes its breaker, with no word.
-        let site = r.site_breaker("a", BreakerConfig::new().with_min_requests(5), at);
-        assert!(std::ptr::eq(site, r.layer_breaker("a")));
-        assert!(events.take().is_empty());
+    // What building the registry logged is not this test's.
+    events.take();
+    // The site first: the layer takes its breaker, with no word.
+    let site = r.site_breaker("a", BreakerConfig::new().with_min_requests(5), at);
+    assert!(std::ptr::eq(site, r.layer_breaker("a")));
+    assert!(events.take().is_empty());
 
-        // The layer first: the defaults, and the site is told.
-        let layer = r.layer_breaker("b");
-        let site = r.site_breaker("b", BreakerConfig::new().with_min_requests(5), at);
-        assert!(std::ptr::eq(site, layer));
-        assert_eq!(
-            site.config().min_requests(),
-            BreakerConfig::new().min_requests()
-        );
-        let logged = events.take();
-        assert_eq!(logged.len(), 1, "{logged:?}");
-        assert!(
-            logged[0].contains("runs with the settings of a layer (with the default settings"),
-            "{}",
-            logged[0]
-        );
-    });
+    // The layer first: the defaults, and the site is told.
+    let layer = r.layer_breaker("b");
+    let site = r.site_breaker("b", BreakerConfig::new().with_min_requests(5), at);
+    assert!(std::ptr::eq(site, layer));
+    assert_eq!(
+        site.config().min_requests(),
+        BreakerConfig::new().min_requests()
+    );
+    let logged = events.take();
+    assert_eq!(logged.len(), 1, "{logged:?}");
+    assert!(
+        logged[0].contains("runs with the settings of a layer (with the default settings"),
+        "{}",
+        logged[0]
+    );
 }
