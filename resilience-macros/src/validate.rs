@@ -130,15 +130,18 @@ pub(crate) fn retry(args: &RetryArgs, errors: &mut Errors) {
                 "`initial = \"0s\"` retries at once and hammers a dependency that is already failing\n  = help: use at least \"1ms\"; the default is \"100ms\"",
             ));
     }
+    // Read once: the multiplier's rule depends on its kind.
+    let parsed_jitter = args
+        .jitter
+        .as_ref()
+        .map(|arg| (arg, jitter(&arg.value, preset)));
     if let Some(multiplier) = &args.multiplier {
         let value = multiplier.get();
         if preset == RetryPreset::DbTx {
             errors.push(multiplier.error(
                 "`multiplier` has no effect with `preset = \"db_tx\"`, whose pauses grow as `initial · attempt²`\n  = help: remove `multiplier`, or use another preset",
             ));
-        } else if let Some(arg) = &args.jitter
-            && let Ok((Kind::Decorrelated, _)) = jitter(&arg.value, preset)
-        {
+        } else if let Some((_, Ok((Kind::Decorrelated, _)))) = parsed_jitter {
             errors.push(multiplier.error(
                 "`multiplier` has no effect with `jitter = \"decorrelated\"`, whose pauses grow by themselves, each up to three times the previous one\n  = help: remove `multiplier`, or use another jitter",
             ));
@@ -152,9 +155,7 @@ pub(crate) fn retry(args: &RetryArgs, errors: &mut Errors) {
             )));
         }
     }
-    if let Some(arg) = &args.jitter
-        && let Err(err) = jitter(&arg.value, preset)
-    {
+    if let Some((arg, Err(err))) = parsed_jitter {
         errors.push(arg.error(jitter_message(&arg.value, err)));
     }
     if let Some(max_elapsed) = &args.max_elapsed
