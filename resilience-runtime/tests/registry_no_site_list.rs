@@ -11,8 +11,9 @@
 //! config-file`.)
 #![cfg(not(feature = "site-list"))]
 
-use std::sync::{Arc, Mutex};
+mod events_common;
 
+use events_common::Events;
 use resilience::registry::{self, Registry, SiteConfig};
 use resilience::{circuit_breaker, retry};
 
@@ -84,40 +85,6 @@ impl Users {
         tokio::task::yield_now().await; // the network call
         Ok(())
     }
-}
-
-/// The WARN and ERROR events of the test, as `LEVEL field=value …` lines.
-#[derive(Default, Clone)]
-struct Events(Arc<Mutex<Vec<String>>>);
-
-impl Events {
-    fn take(&self) -> Vec<String> {
-        std::mem::take(&mut *self.0.lock().unwrap())
-    }
-}
-
-impl tracing::Subscriber for Events {
-    fn enabled(&self, metadata: &tracing::Metadata<'_>) -> bool {
-        *metadata.level() <= tracing::Level::WARN
-    }
-    fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
-        tracing::span::Id::from_u64(1)
-    }
-    fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
-    fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
-    fn event(&self, event: &tracing::Event<'_>) {
-        struct Fields(String);
-        impl tracing::field::Visit for Fields {
-            fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
-                self.0.push_str(&format!("{}={value:?} ", field.name()));
-            }
-        }
-        let mut fields = Fields(format!("{} ", event.metadata().level()));
-        event.record(&mut fields);
-        self.0.lock().unwrap().push(fields.0);
-    }
-    fn enter(&self, _: &tracing::span::Id) {}
-    fn exit(&self, _: &tracing::span::Id) {}
 }
 
 fn has_all(line: &str, needles: &[&str]) {
