@@ -456,6 +456,7 @@ pub struct Overloaded {
     limiter: &'static str,
     by: ShedBy,
     limit: u32,
+    retry_after: Option<Duration>,
 }
 
 /// Which part of a load limiter shed a call.
@@ -468,25 +469,49 @@ pub enum ShedBy {
     ConcurrencyLimit,
     /// The client-side throttle (the SRE book's adaptive throttling).
     Throttle,
+    /// A rate limit: calls per period ([`RateLimit`](crate::limit::RateLimit)).
+    RateLimit,
 }
 
 impl ShedBy {
-    /// The metric label value: `bulkhead`, `concurrency_limit` or
-    /// `throttle`.
+    /// The metric label value: `bulkhead`, `concurrency_limit`,
+    /// `throttle` or `rate_limit`.
     pub const fn as_str(self) -> &'static str {
         match self {
             ShedBy::Bulkhead => "bulkhead",
             ShedBy::ConcurrencyLimit => "concurrency_limit",
             ShedBy::Throttle => "throttle",
+            ShedBy::RateLimit => "rate_limit",
         }
     }
 }
 
 impl Overloaded {
     /// A call shed by the part `by` of the limiter `limiter`, whose
-    /// concurrency limit was `limit` (0 for the throttle).
+    /// concurrency limit was `limit` (0 for the throttle and a rate limit).
     pub const fn new(limiter: &'static str, by: ShedBy, limit: u32) -> Self {
-        Self { limiter, by, limit }
+        Self {
+            limiter,
+            by,
+            limit,
+            retry_after: None,
+        }
+    }
+
+    /// The same, saying that a call would be admitted `retry_after` from
+    /// now (what a rate limit knows).
+    #[must_use]
+    pub const fn with_retry_after(mut self, retry_after: Duration) -> Self {
+        self.retry_after = Some(retry_after);
+        self
+    }
+
+    /// How long until the limiter would admit a call of the same priority,
+    /// if it knows: a [rate limit](crate::limit::RateLimit) does (the next
+    /// free place in its schedule); a concurrency limit cannot (it depends
+    /// on when the calls in flight end).
+    pub const fn retry_after(&self) -> Option<Duration> {
+        self.retry_after
     }
 
     /// The name of the limiter that shed the call.
@@ -519,6 +544,14 @@ impl Overloaded {
                 "the client-side throttle of `{}` rejected it (the dependency accepted too few of the recent calls)",
                 self.limiter
             ),
+            ShedBy::RateLimit => match self.retry_after {
+                Some(after) => format!(
+                    "the rate limit of `{}` is reached (the next call is admitted in {})",
+                    self.limiter,
+                    resilience_rules::duration::display(after)
+                ),
+                None => format!("the rate limit of `{}` is reached", self.limiter),
+            },
         }
     }
 }

@@ -2,16 +2,19 @@
 
 use std::time::Duration;
 
-use super::{AdaptiveLimit, Bulkhead, Limiter, Throttle, ThrottleConfig, VegasConfig};
+use super::{
+    AdaptiveLimit, Bulkhead, Limiter, Rate, RateLimit, Throttle, ThrottleConfig, VegasConfig,
+};
 use crate::error::ConfigError;
 
 /// What a [`Limiter`] is made of: at most one of a bulkhead and an adaptive
-/// limit, and an optional throttle in front. The registry builds one per
+/// limit, an optional rate limit and an optional throttle in front. The registry builds one per
 /// name from it ([`Registry::limiter`](crate::registry::Registry::limiter)),
 /// the `[limits.<name>]` section of its file laid over the code's.
 ///
 /// ```
-/// use resilience::limit::{LimitConfig, ThrottleConfig, VegasConfig};
+/// use resilience::limit::{LimitConfig, Rate, ThrottleConfig, VegasConfig};
+/// use std::time::Duration;
 ///
 /// let limiter = LimitConfig::adaptive(VegasConfig::new())
 ///     .with_throttle(ThrottleConfig::new())
@@ -19,12 +22,28 @@ use crate::error::ConfigError;
 /// assert_eq!(limiter.as_adaptive().unwrap().limit(), 20);
 /// assert!(limiter.as_throttle().is_some());
 /// assert!(LimitConfig::bulkhead(0).build("users").is_err());
+///
+/// // A partner's quota: 25 calls a second, 5 at once, waiting up to 50 ms.
+/// let payments = LimitConfig::rate(Rate::per_second(25))
+///     .with_burst(5)
+///     .with_max_wait(Duration::from_millis(50))
+///     .build("payments")?;
+/// assert_eq!(payments.as_rate().unwrap().burst(), 5);
 /// # Ok::<(), resilience::ConfigError>(())
 /// ```
 #[derive(Debug, Clone, Copy)]
 pub struct LimitConfig {
     slots: SlotsConfig,
+    rate: Option<RateConfig>,
     throttle: Option<ThrottleConfig>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct RateConfig {
+    rate: Rate,
+    /// `None`: the rate's count.
+    burst: Option<u32>,
+    max_wait: Duration,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -42,6 +61,7 @@ impl LimitConfig {
                 max,
                 max_wait: Duration::ZERO,
             },
+            rate: None,
             throttle: None,
         }
     }
@@ -50,6 +70,7 @@ impl LimitConfig {
     pub const fn adaptive(config: VegasConfig) -> Self {
         Self {
             slots: SlotsConfig::Adaptive(config),
+            rate: None,
             throttle: None,
         }
     }
@@ -58,8 +79,40 @@ impl LimitConfig {
     pub const fn throttle(config: ThrottleConfig) -> Self {
         Self {
             slots: SlotsConfig::None,
+            rate: None,
             throttle: Some(config),
         }
+    }
+
+    /// A rate limit alone: at most `rate` calls, a burst of the rate's
+    /// count at once ([`RateLimit`]).
+    pub const fn rate(rate: Rate) -> Self {
+        Self {
+            slots: SlotsConfig::None,
+            rate: None,
+            throttle: None,
+        }
+        .with_rate(rate)
+    }
+
+    /// The same, with a rate limit of `rate` before the slots (replacing
+    /// any, its burst and wait with it).
+    pub const fn with_rate(mut self, rate: Rate) -> Self {
+        self.rate = Some(RateConfig {
+            rate,
+            burst: None,
+            max_wait: Duration::ZERO,
+        });
+        self
+    }
+
+    /// The same, whose rate limit admits `burst` calls at once (no effect
+    /// without a rate limit).
+    pub const fn with_burst(mut self, burst: u32) -> Self {
+        if let Some(rate) = &mut self.rate {
+            rate.burst = Some(burst);
+        }
+        self
     }
 
     /// The same, with a throttle in front.
@@ -68,13 +121,25 @@ impl LimitConfig {
         self
     }
 
-    /// The same, whose bulkhead waits at most `max_wait` for a slot (no
-    /// effect on an adaptive limit, which never waits).
+    /// The same, whose bulkhead waits at most `max_wait` for a slot and
+    /// whose rate limit at most `max_wait` for a call's place in its
+    /// schedule (no effect on an adaptive limit, which never waits).
     pub const fn with_max_wait(mut self, max_wait: Duration) -> Self {
         if let SlotsConfig::Bulkhead { max, .. } = self.slots {
             self.slots = SlotsConfig::Bulkhead { max, max_wait };
         }
+        if let Some(rate) = &mut self.rate {
+            rate.max_wait = max_wait;
+        }
         self
+    }
+
+    /// The rate limit's rate, if it has one.
+    pub const fn rate_limit(&self) -> Option<Rate> {
+        match self.rate {
+            Some(rate) => Some(rate.rate),
+            None => None,
+        }
     }
 
     /// The bulkhead's `max`, if this is a bulkhead.
@@ -99,9 +164,20 @@ impl LimitConfig {
     }
 
     /// Checks every part: a bulkhead of at least 1, the Vegas and the
-    /// throttle settings.
+    /// throttle settings, a rate and a burst of at least 1.
     pub fn validate(&self) -> Result<(), ConfigError> {
         let mut errors = Vec::new();
+        if let Some(rate) = self.rate {
+            errors.extend(rate.rate.validate().err());
+            if rate.burst == Some(0) {
+                errors.push(ConfigError::new(
+                    "rate limit",
+                    "burst",
+                    0,
+                    "a burst of 0 would refuse every call; use at least 1 (one call at a time, spaced by the rate)",
+                ));
+            }
+        }
         match self.slots {
             SlotsConfig::None => {}
             SlotsConfig::Bulkhead { max: 0, .. } => errors.push(ConfigError::new(
@@ -156,16 +232,42 @@ impl LimitConfig {
                 }
             },
         };
+        let rate = match self.rate.map(|c| c.build(service, name)) {
+            Some(Ok(rate)) => Some(rate),
+            Some(Err(err)) => {
+                errors.push(err);
+                None
+            }
+            None => None,
+        };
         if let Some(err) = ConfigError::combine(errors) {
             return Err(err);
         }
-        match (slots, throttle) {
-            (Some(slots), Some(throttle)) => Ok(slots.with_throttle(throttle)),
-            (Some(slots), None) => Ok(slots),
-            (None, Some(throttle)) => Ok(Limiter::throttle(throttle)),
-            // Every constructor sets a part.
-            (None, None) => unreachable!("a limit config without a part"),
-        }
+        let limiter = match (slots, rate) {
+            (Some(slots), Some(rate)) => slots.with_rate(rate),
+            (Some(slots), None) => slots,
+            (None, Some(rate)) => Limiter::rate(rate),
+            (None, None) => match throttle {
+                Some(throttle) => return Ok(Limiter::throttle(throttle)),
+                // Every constructor sets a part.
+                None => unreachable!("a limit config without a part"),
+            },
+        };
+        Ok(match throttle {
+            Some(throttle) => limiter.with_throttle(throttle),
+            None => limiter,
+        })
+    }
+}
+
+impl RateConfig {
+    fn build(self, service: &'static str, name: &'static str) -> Result<RateLimit, ConfigError> {
+        let limit = RateLimit::new_in(service, name, self.rate)?;
+        let limit = match self.burst {
+            Some(burst) => limit.with_burst(burst)?,
+            None => limit,
+        };
+        Ok(limit.with_max_wait(self.max_wait))
     }
 }
 
@@ -207,6 +309,47 @@ mod tests {
         assert!(search.as_bulkhead().is_none() && search.as_adaptive().is_none());
         assert!(search.as_throttle().is_some());
         assert!(registry.limiter("orders").is_none());
+    }
+
+    #[cfg(feature = "config-file")]
+    #[tokio::test(start_paused = true)]
+    async fn a_rate_limit_from_the_file_alone_or_before_the_slots() {
+        use crate::limit::Rate;
+
+        let registry = registry(
+            "[limits.partner]\nrate = \"100/s\"\nburst = 10\nmax_wait = \"20ms\"\n\
+             [limits.search]\nrate = \"6000/m\"\nmax_concurrent = 4\nthrottle = true\n",
+        )
+        .unwrap();
+        let partner = registry.limiter("partner").unwrap();
+        let rate = partner.as_rate().unwrap();
+        assert_eq!(
+            (rate.rate(), rate.burst(), rate.max_wait()),
+            (Rate::per_second(100), 10, Duration::from_millis(20))
+        );
+        assert!(partner.as_bulkhead().is_none() && partner.as_throttle().is_none());
+        let search = registry.limiter("search").unwrap();
+        assert_eq!(search.as_rate().unwrap().burst(), 6000, "the rate's count by default");
+        assert_eq!(search.as_bulkhead().unwrap().max(), 4);
+        assert!(search.as_throttle().is_some());
+    }
+
+    #[cfg(feature = "config-file")]
+    #[test]
+    fn rate_settings_that_make_no_sense_are_refused_with_the_fix() {
+        let cases = [
+            ("rate = \"100 per second\"", "rate", "`<calls>/<period>`"),
+            ("rate = \"0/s\"", "rate", "at least 1"),
+            ("rate = \"100/s\"\nburst = 0", "burst", "at least 1"),
+            ("burst = 10", "burst", "add `rate ="),
+            ("adaptive = true\nmax_wait = \"10ms\"", "max_wait", "rate limit"),
+        ];
+        for (section, field, reason) in cases {
+            let err = registry(&format!("[limits.partner]\n{section}\n")).unwrap_err();
+            assert_eq!(err.field(), field, "{section}: {err}");
+            assert!(err.reason().contains(reason), "{section}: {err}");
+            assert!(err.subject().contains("[limits.partner]"), "{section}: {err}");
+        }
     }
 
     #[cfg(feature = "config-file")]

@@ -1,16 +1,16 @@
-//! One limiter for a dependency: a throttle, then a bulkhead or an adaptive
-//! limit, applied to each attempt as the HTTP layers do.
+//! One limiter for a dependency: a throttle, a rate limit, then a bulkhead
+//! or an adaptive limit, applied to each attempt as the HTTP layers do.
 
 use std::future::Future;
 
-use super::{AdaptiveLimit, Bulkhead, Priority, Throttle};
+use super::{AdaptiveLimit, Bulkhead, Priority, RateLimit, Throttle};
 use crate::retry::{Classify, FromRuntimeError};
 
 /// The load limiter of one dependency, as the HTTP layers apply it
 /// (`with_limit` on the reqwest middleware and the tower layer): an
-/// optional [`Throttle`] in front, then at most one of a [`Bulkhead`] and
-/// an [`AdaptiveLimit`], around each **attempt** (see [where limiting
-/// sits](super#where-limiting-sits)).
+/// optional [`Throttle`] in front, an optional [`RateLimit`], then at most
+/// one of a [`Bulkhead`] and an [`AdaptiveLimit`], around each **attempt**
+/// (see [where limiting sits](super#where-limiting-sits)).
 ///
 /// ```
 /// use resilience::limit::{AdaptiveLimit, Limiter, Priority, Throttle, ThrottleConfig, VegasConfig};
@@ -29,6 +29,7 @@ use crate::retry::{Classify, FromRuntimeError};
 #[derive(Debug)]
 pub struct Limiter {
     throttle: Option<Throttle>,
+    rate: Option<RateLimit>,
     slots: Option<Slots>,
 }
 
@@ -43,6 +44,7 @@ impl Limiter {
     pub fn bulkhead(bulkhead: Bulkhead) -> Self {
         Self {
             throttle: None,
+            rate: None,
             slots: Some(Slots::Bulkhead(bulkhead)),
         }
     }
@@ -51,6 +53,7 @@ impl Limiter {
     pub fn adaptive(limit: AdaptiveLimit) -> Self {
         Self {
             throttle: None,
+            rate: None,
             slots: Some(Slots::Adaptive(limit)),
         }
     }
@@ -59,8 +62,31 @@ impl Limiter {
     pub fn throttle(throttle: Throttle) -> Self {
         Self {
             throttle: Some(throttle),
+            rate: None,
             slots: None,
         }
+    }
+
+    /// A limiter of `rate` alone.
+    pub fn rate(rate: RateLimit) -> Self {
+        Self {
+            throttle: None,
+            rate: Some(rate),
+            slots: None,
+        }
+    }
+
+    /// The same limiter, with `rate` after the throttle and before the
+    /// slots (replacing any).
+    #[must_use]
+    pub fn with_rate(mut self, rate: RateLimit) -> Self {
+        self.rate = Some(rate);
+        self
+    }
+
+    /// The rate limit, if the limiter has one.
+    pub fn as_rate(&self) -> Option<&RateLimit> {
+        self.rate.as_ref()
     }
 
     /// The same limiter, with `throttle` in front (replacing any).
@@ -91,11 +117,16 @@ impl Limiter {
         self.throttle.as_ref()
     }
 
-    /// Runs `call` (one attempt) if the throttle and the slots admit it,
-    /// waiting for a bulkhead's slot at most its `max_wait`; records its
-    /// result (classified by `E`) with each. A call shed is the caller's
-    /// error made from [`Overloaded`](super::Overloaded), and `call` is
-    /// never polled.
+    /// Runs `call` (one attempt) if the throttle, the rate limit and the
+    /// slots admit it, waiting for its place in the rate limit's schedule
+    /// and for a bulkhead's slot at most their `max_wait`; records its
+    /// result (classified by `E`) with the throttle and the slots. A call
+    /// shed is the caller's error made from
+    /// [`Overloaded`](super::Overloaded), and `call` is never polled.
+    ///
+    /// A call shed by the slots after the rate limit admitted it keeps its
+    /// place in the rate: the rate counts what was admitted, so it can only
+    /// err on the side of sending less.
     pub async fn call<F, T, E>(&self, priority: Priority, call: F) -> Result<T, E>
     where
         F: Future<Output = Result<T, E>>,
@@ -106,8 +137,11 @@ impl Limiter {
             Some(throttle) => Some(throttle.try_acquire(priority).map_err(shed)?),
             None => None,
         };
-        // A call the slots shed drops its ticket: the throttle counts it
-        // for nothing, since the dependency never saw it.
+        // A call the rate or the slots shed drops its ticket: the throttle
+        // counts it for nothing, since the dependency never saw it.
+        if let Some(rate) = &self.rate {
+            rate.acquire(priority).await.map_err(shed)?;
+        }
         let result = match &self.slots {
             None => call.await,
             Some(Slots::Bulkhead(bulkhead)) => {
@@ -174,6 +208,58 @@ mod tests {
             .unwrap_err();
         assert!(!polled);
         assert!(matches!(err, E::Runtime(Error::Overloaded(o)) if o.by() == ShedBy::Bulkhead));
+    }
+
+    /// The rate limit comes before the slots: a call it refuses takes no
+    /// slot and is never polled, and a call it lets wait holds no slot
+    /// while it waits.
+    #[tokio::test(start_paused = true)]
+    async fn a_rate_limit_before_the_slots() {
+        use crate::limit::{Rate, RateLimit};
+        use std::time::Duration;
+
+        let ms = Duration::from_millis(1);
+        let limiter = Limiter::bulkhead(Bulkhead::new("partner", 1).unwrap()).with_rate(
+            RateLimit::new("partner", Rate::per_second(10))
+                .unwrap()
+                .with_burst(1)
+                .unwrap()
+                .with_max_wait(ms * 150),
+        );
+        limiter.call(Priority::Default, async { Ok::<_, E>(()) }).await.unwrap();
+        let start = tokio::time::Instant::now();
+        let bulkhead = limiter.as_bulkhead().unwrap();
+        let waiting = limiter.call(Priority::Default, async {
+            assert_eq!(bulkhead.in_flight(), 1, "the slot is taken after the wait");
+            Ok::<_, E>(start.elapsed())
+        });
+        let (waited, in_flight_meanwhile) = tokio::join!(waiting, async {
+            tokio::time::sleep(ms * 50).await;
+            bulkhead.in_flight()
+        });
+        assert_eq!(waited.unwrap(), ms * 100);
+        assert_eq!(in_flight_meanwhile, 0, "no slot held while waiting");
+        // Beyond the wait bound: refused at once, never polled, told when
+        // to come back.
+        let limiter = Limiter::rate(
+            RateLimit::new("partner", Rate::per_second(10))
+                .unwrap()
+                .with_burst(1)
+                .unwrap()
+                .with_max_wait(ms * 50),
+        );
+        limiter.call(Priority::Default, async { Ok::<_, E>(()) }).await.unwrap();
+        let mut polled = false;
+        let err = limiter
+            .call(Priority::Default, async {
+                polled = true;
+                Ok::<_, E>(())
+            })
+            .await
+            .unwrap_err();
+        assert!(!polled);
+        assert!(matches!(err, E::Runtime(Error::Overloaded(o))
+            if o.by() == ShedBy::RateLimit && o.retry_after() == Some(ms * 100)));
     }
 
     #[tokio::test(start_paused = true)]

@@ -54,6 +54,7 @@ mod bulkhead;
 mod config;
 mod limiter;
 mod priority;
+mod rate;
 mod report;
 mod throttle;
 mod vegas;
@@ -63,6 +64,7 @@ pub use bulkhead::{Bulkhead, BulkheadPermit};
 pub use config::LimitConfig;
 pub use limiter::Limiter;
 pub use priority::Priority;
+pub use rate::{Rate, RateLimit};
 pub use throttle::{Throttle, ThrottleConfig, ThrottleTicket};
 pub use vegas::VegasConfig;
 

@@ -10,7 +10,8 @@ use tokio::time::Instant;
 use super::Priority;
 use crate::error::{Overloaded, ShedBy};
 use crate::telemetry::{
-    CONCURRENCY_LIMIT, IN_FLIGHT, Labels, SHED_TOTAL, THROTTLE_PROBABILITY, emit,
+    CONCURRENCY_LIMIT, IN_FLIGHT, Labels, RATE_LIMIT_ADMITTED_TOTAL, RATE_LIMIT_WAIT_SECONDS,
+    SHED_TOTAL, THROTTLE_PROBABILITY, emit,
 };
 
 /// How often a limiter that keeps shedding repeats its WARN.
@@ -216,4 +217,15 @@ pub(crate) fn limit_shed(labels: Labels, by: ShedBy, priority: Priority) {
 #[inline(always)]
 pub(crate) fn throttle_probability(labels: Labels, probability: f64) {
     emit::gauge(THROTTLE_PROBABILITY, labels, probability);
+}
+
+/// A rate limit admitted a call: one check without a recorder.
+#[inline(always)]
+pub(crate) fn rate_admitted(labels: Labels) {
+    emit::increment_unscoped(RATE_LIMIT_ADMITTED_TOTAL, labels, &[]);
+}
+
+/// A call waited `waited` for its place in a rate limit's schedule.
+pub(crate) fn rate_waited(labels: Labels, waited: Duration) {
+    emit::histogram(RATE_LIMIT_WAIT_SECONDS, labels, &[], waited.as_secs_f64());
 }

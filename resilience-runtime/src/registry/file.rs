@@ -58,6 +58,9 @@ struct LimitSection {
     throttle: Option<bool>,
     k: Option<f64>,
     window: Option<String>,
+    /// `"100/s"`: a rate limit ([`Rate`](crate::limit::Rate)'s grammar).
+    rate: Option<String>,
+    burst: Option<u32>,
 }
 
 impl LimitSection {
@@ -99,13 +102,34 @@ impl LimitSection {
             }
             (None, false) => None,
         };
+        let rate = match &self.rate {
+            Some(text) => Some(text.parse::<crate::limit::Rate>()?),
+            None => None,
+        };
+        if let (Some(burst), None) = (self.burst, rate) {
+            return Err(ConfigError::new(
+                subject,
+                "burst",
+                burst,
+                "`burst` tunes a rate limit: add `rate = \"<calls>/<period>\"`, e.g. `rate = \"100/s\"`",
+            ));
+        }
+        let config = match (config, rate) {
+            (Some(config), Some(rate)) => Some(config.with_rate(rate)),
+            (None, Some(rate)) => Some(LimitConfig::rate(rate)),
+            (config, None) => config,
+        };
+        let config = match (config, self.burst) {
+            (Some(config), Some(burst)) => Some(config.with_burst(burst)),
+            (config, _) => config,
+        };
         let config = match &self.max_wait {
-            Some(text) if self.max_concurrent.is_none() => {
+            Some(text) if self.max_concurrent.is_none() && self.rate.is_none() => {
                 return Err(ConfigError::new(
                     subject,
                     "max_wait",
                     format!("{text:?}"),
-                    "`max_wait` is a bulkhead's (`max_concurrent`); an adaptive limit never waits",
+                    "`max_wait` is how long a call may wait for a bulkhead's slot (`max_concurrent`) or its place in a rate limit (`rate`); an adaptive limit never waits",
                 ));
             }
             Some(text) => {
@@ -144,7 +168,7 @@ impl LimitSection {
                     subject,
                     "max_concurrent",
                     "(none)",
-                    "a `[limits.<name>]` section needs `max_concurrent = N` (a bulkhead), `adaptive = true` (a limit that follows the latency) or `throttle = true`",
+                    "a `[limits.<name>]` section needs `max_concurrent = N` (a bulkhead), `adaptive = true` (a limit that follows the latency), `rate = \"100/s\"` (a rate limit) or `throttle = true`",
                 ));
             }
         };

@@ -12,8 +12,8 @@ mod facade {
     use super::super::{
         BREAKER_SHARED_FALLBACK, BREAKER_STATE, BREAKER_TRIPS_TOTAL, CONCURRENCY_LIMIT,
         DEPENDENCY_ERRORS_TOTAL, FALLBACKS_TOTAL, HEDGES_TOTAL, IN_FLIGHT,
-        REQUEST_DURATION_SECONDS, RETRIES_TOTAL, RETRY_BUDGET_EXHAUSTED_TOTAL, SHED_TOTAL,
-        THROTTLE_PROBABILITY,
+        RATE_LIMIT_ADMITTED_TOTAL, RATE_LIMIT_WAIT_SECONDS, REQUEST_DURATION_SECONDS, RETRIES_TOTAL,
+        RETRY_BUDGET_EXHAUSTED_TOTAL, SHED_TOTAL, THROTTLE_PROBABILITY,
     };
     use super::Labels;
 
@@ -214,12 +214,22 @@ mod facade {
             r.describe_counter(
                 name(SHED_TOTAL),
                 Some(Unit::Count),
-                text("Calls a load limiter shed before they were sent, by part (bulkhead, concurrency_limit, throttle) and priority."),
+                text("Calls a load limiter shed before they were sent, by part (bulkhead, concurrency_limit, throttle, rate_limit) and priority."),
             );
             r.describe_gauge(
                 name(THROTTLE_PROBABILITY),
                 None,
                 text("The probability with which the client-side throttle rejects a default call."),
+            );
+            r.describe_counter(
+                name(RATE_LIMIT_ADMITTED_TOTAL),
+                Some(Unit::Count),
+                text("Calls a rate limit admitted, at once or after waiting for their place."),
+            );
+            r.describe_histogram(
+                name(RATE_LIMIT_WAIT_SECONDS),
+                Some(Unit::Seconds),
+                text("How long the calls that waited for their place in a rate limit's schedule waited."),
             );
             r.describe_counter(
                 name(FALLBACKS_TOTAL),

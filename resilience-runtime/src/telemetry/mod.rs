@@ -23,6 +23,8 @@
 //! | [`http_client_in_flight`](IN_FLIGHT) | gauge: calls holding a slot of a bulkhead or an adaptive limit | `service`, `target` |
 //! | [`http_client_shed_total`](SHED_TOTAL) | counter: calls a load limiter shed | `service`, `target`, `by`, `priority` |
 //! | [`http_client_throttle_probability`](THROTTLE_PROBABILITY) | gauge: the client-side throttle's rejection probability | `service`, `target` |
+//! | [`http_client_rate_limit_admitted_total`](RATE_LIMIT_ADMITTED_TOTAL) | counter: calls a rate limit admitted, at once or after a wait | `service`, `target` |
+//! | [`http_client_rate_limit_wait_seconds`](RATE_LIMIT_WAIT_SECONDS) | histogram: how long the calls that waited for their place waited | `service`, `target` |
 //!
 //! Every label value comes from a closed set or from names fixed at startup,
 //! so the number of series stays bounded: no error message, id or URL ever
@@ -47,7 +49,7 @@
 //!   (`overloaded`, a call shed by a load limiter, is counted by
 //!   [`SHED_TOTAL`] instead).
 //! - `by` ([`ShedBy`](crate::limit::ShedBy)): `bulkhead`,
-//!   `concurrency_limit` or `throttle`; `priority`
+//!   `concurrency_limit`, `throttle` or `rate_limit`; `priority`
 //!   ([`Priority`](crate::limit::Priority)): `sheddable`, `default` or
 //!   `critical`.
 //!
@@ -168,6 +170,14 @@ pub const SHED_TOTAL: &str = "http_client_shed_total";
 /// probability with which a client-side [`Throttle`](crate::limit::Throttle)
 /// rejects a default call, set at each admission.
 pub const THROTTLE_PROBABILITY: &str = "http_client_throttle_probability";
+/// `http_client_rate_limit_admitted_total{service,target}`: a counter of
+/// the calls a [`RateLimit`](crate::limit::RateLimit) admitted; the calls
+/// it refused are in [`SHED_TOTAL`] with `by="rate_limit"`.
+pub const RATE_LIMIT_ADMITTED_TOTAL: &str = "http_client_rate_limit_admitted_total";
+/// `http_client_rate_limit_wait_seconds{service,target}`: a histogram of
+/// how long calls waited for their place in a rate limit's schedule (only
+/// the calls that waited).
+pub const RATE_LIMIT_WAIT_SECONDS: &str = "http_client_rate_limit_wait_seconds";
 
 /// Every metric of this module, by name: the ones [`describe`] describes
 /// and the guide's [table](crate::guide#metrics-and-alerts) lists (a test
@@ -177,7 +187,7 @@ pub const THROTTLE_PROBABILITY: &str = "http_client_throttle_probability";
 /// use resilience::telemetry;
 ///
 /// assert!(telemetry::METRICS.contains(&telemetry::RETRIES_TOTAL));
-/// assert_eq!(telemetry::METRICS.len(), 13);
+/// assert_eq!(telemetry::METRICS.len(), 15);
 /// ```
 pub const METRICS: &[&str] = &[
     RETRIES_TOTAL,
@@ -193,6 +203,8 @@ pub const METRICS: &[&str] = &[
     IN_FLIGHT,
     SHED_TOTAL,
     THROTTLE_PROBABILITY,
+    RATE_LIMIT_ADMITTED_TOTAL,
+    RATE_LIMIT_WAIT_SECONDS,
 ];
 
 /// Histogram buckets for [`REQUEST_DURATION_SECONDS`], in seconds: from a

@@ -1,0 +1,392 @@
+//! A rate limit: at most so many calls per period, with a burst, by the
+//! generic cell rate algorithm in one atomic word.
+
+use std::fmt;
+use std::str::FromStr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::Priority;
+use super::report::{self, Report};
+use crate::clock::duration_nanos;
+use crate::error::{ConfigError, Overloaded, ShedBy};
+use crate::telemetry::Labels;
+
+/// A rate: `count` calls per `period`, written `"100/s"` in the config file
+/// and in attributes.
+///
+/// The text is a whole number, a `/`, and either a unit (`s`, `m`, `h`,
+/// `ms`: one of that unit) or a duration (`"10/100ms"`, `"6000/10m"`).
+///
+/// ```
+/// use resilience::limit::Rate;
+/// use std::time::Duration;
+///
+/// let rate: Rate = "100/s".parse()?;
+/// assert_eq!(rate, Rate::per_second(100));
+/// assert_eq!(rate.interval(), Duration::from_millis(10));
+/// assert_eq!("25/100ms".parse::<Rate>()?, Rate::new(25, Duration::from_millis(100)));
+/// assert_eq!(Rate::per_minute(6).to_string(), "6/m");
+/// let err = "100 per second".parse::<Rate>().unwrap_err();
+/// assert!(err.to_string().contains("\"100 per second\""), "{err}");
+/// # Ok::<(), resilience::ConfigError>(())
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Rate {
+    count: u32,
+    period: Duration,
+}
+
+impl Rate {
+    /// `count` calls per `period`. [`RateLimit::new`] refuses a count of 0,
+    /// a period of 0 and a rate faster than one call per nanosecond.
+    pub const fn new(count: u32, period: Duration) -> Self {
+        Self { count, period }
+    }
+
+    /// `count` calls a second.
+    pub const fn per_second(count: u32) -> Self {
+        Self::new(count, Duration::from_secs(1))
+    }
+
+    /// `count` calls a minute.
+    pub const fn per_minute(count: u32) -> Self {
+        Self::new(count, Duration::from_secs(60))
+    }
+
+    /// `count` calls an hour.
+    pub const fn per_hour(count: u32) -> Self {
+        Self::new(count, Duration::from_secs(3600))
+    }
+
+    /// How many calls per [`period`](Self::period).
+    pub const fn count(&self) -> u32 {
+        self.count
+    }
+
+    /// The period.
+    pub const fn period(&self) -> Duration {
+        self.period
+    }
+
+    /// The time between two calls at exactly this rate (the GCRA's
+    /// emission interval): the period divided by the count, rounded down
+    /// to the nanosecond, so the limit never runs slower than configured.
+    pub const fn interval(&self) -> Duration {
+        if self.count == 0 {
+            return Duration::ZERO;
+        }
+        Duration::from_nanos(duration_nanos(self.period) / self.count as u64)
+    }
+
+    /// Checks the rate: at least one call, a period, at most one call per
+    /// nanosecond.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let reason = if self.count == 0 {
+            "a rate of 0 calls would refuse every call; use at least 1"
+        } else if self.period.is_zero() {
+            "a rate needs a period longer than 0, e.g. \"100/s\""
+        } else if self.interval().is_zero() {
+            "a rate faster than one call per nanosecond cannot be timed; use a longer period"
+        } else {
+            return Ok(());
+        };
+        Err(ConfigError::new("rate limit", "rate", self.to_string(), reason))
+    }
+}
+
+impl fmt::Display for Rate {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let per = match duration_nanos(self.period) {
+            1_000_000 => "ms".to_owned(),
+            1_000_000_000 => "s".to_owned(),
+            60_000_000_000 => "m".to_owned(),
+            3_600_000_000_000 => "h".to_owned(),
+            _ => resilience_rules::duration::display(self.period),
+        };
+        write!(f, "{}/{per}", self.count)
+    }
+}
+
+impl FromStr for Rate {
+    type Err = ConfigError;
+
+    fn from_str(text: &str) -> Result<Self, ConfigError> {
+        let refuse = |reason: &str| {
+            ConfigError::new("rate limit", "rate", format!("{text:?}"), reason.to_owned())
+        };
+        let Some((count, period)) = text.split_once('/') else {
+            return Err(refuse(
+                "a rate is written `<calls>/<period>`, e.g. \"100/s\", \"6000/m\" or \"25/100ms\"",
+            ));
+        };
+        let count: u32 = count.trim().parse().map_err(|_| {
+            refuse("the number of calls before `/` is a whole number from 1 to 4294967295")
+        })?;
+        let period = period.trim();
+        let period = match resilience_rules::duration::unit_nanos(period) {
+            Some(nanos) => Duration::from_nanos(nanos as u64),
+            None => resilience_rules::duration::parse(period).map_err(|_| {
+                refuse(
+                    "the period after `/` is a unit (`ms`, `s`, `m`, `h`) or a duration such as `10s`",
+                )
+            })?,
+        };
+        let rate = Rate::new(count, period);
+        rate.validate()
+            .map_err(|err| refuse(err.reason()))
+            .map(|()| rate)
+    }
+}
+
+/// At most [`Rate`] calls, and [`burst`](Self::with_burst) of them at once:
+/// the quota of a partner API (100 requests a second per account), kept
+/// by the caller so that the dependency never has to answer `429`.
+///
+/// The generic cell rate algorithm (GCRA), as `governor` and `redis-cell`
+/// keep it: one word, the *theoretical arrival time* of the next call, in
+/// an `AtomicU64`; a call is admitted when that time is at most `burst −
+/// 1` intervals ahead of now, and moves it one interval on. No timer, no
+/// task, no lock; in any span of time `t`, at most `burst + t × rate`
+/// calls are admitted.
+///
+/// **Priorities** keep a reserve, as for the concurrency limits: a
+/// [`Priority`] may use [its share](Priority::share) of the burst, so the
+/// last tenth of a burst of 20 is kept for critical calls and sheddable
+/// calls use at most half of it.
+///
+/// **Waiting**: a call over the rate is refused at once with
+/// [`Overloaded`], carrying [when to come back](Overloaded::retry_after);
+/// with [`with_max_wait`](Self::with_max_wait), [`acquire`](Self::acquire)
+/// instead takes the next free place in the schedule and sleeps until it,
+/// if that is within `max_wait` and the caller's
+/// [deadline](crate::deadline). Sheddable calls never wait. A waiting
+/// call that is cancelled keeps its place: the rate counts it, so the
+/// dependency never sees more than the rate, whatever the callers do.
+///
+/// ```
+/// use resilience::limit::{Priority, Rate, RateLimit};
+/// use std::time::Duration;
+///
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let payments = RateLimit::new("payments", Rate::per_second(25))?.with_burst(5)?;
+/// for _ in 0..5 {
+///     payments.try_acquire(Priority::Critical)?;
+/// }
+/// let refused = payments.try_acquire(Priority::Critical).unwrap_err();
+/// assert_eq!(refused.retry_after(), Some(Duration::from_millis(40)));
+///
+/// // Waiting: the call takes the next place in the schedule.
+/// let payments = payments.with_max_wait(Duration::from_millis(100));
+/// let start = tokio::time::Instant::now();
+/// payments.acquire(Priority::Critical).await?;
+/// assert_eq!(start.elapsed(), Duration::from_millis(40));
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug)]
+pub struct RateLimit {
+    /// The theoretical arrival time of the next call, in nanoseconds
+    /// after `origin`.
+    tat: AtomicU64,
+    origin: Instant,
+    /// The emission interval `T`, in nanoseconds.
+    interval: u64,
+    /// How far ahead of now the arrival time may be for a call of each
+    /// priority to be admitted: `(share(burst) − 1) × T`.
+    tolerance: [u64; 3],
+    rate: Rate,
+    burst: u32,
+    max_wait: Duration,
+    report: Report,
+}
+
+impl RateLimit {
+    /// A rate limit named `name` (the `target` label of its metrics) of
+    /// `rate`, with a burst of one period's worth of calls (the rate's
+    /// count, as `governor`'s `Quota::per_second(n)` admits `n` at once),
+    /// refusing a call over it at once.
+    ///
+    /// # Errors
+    ///
+    /// A rate that [does not validate](Rate::validate).
+    pub fn new(name: &'static str, rate: Rate) -> Result<Self, ConfigError> {
+        Self::new_in(crate::telemetry::UNKNOWN_SERVICE, name, rate)
+    }
+
+    pub(crate) fn new_in(
+        service: &'static str,
+        name: &'static str,
+        rate: Rate,
+    ) -> Result<Self, ConfigError> {
+        rate.validate()
+            .map_err(|err| err.with_subject(format!("rate limit `{name}`")))?;
+        let labels = Labels::new(service, name);
+        let mut limit = Self {
+            tat: AtomicU64::new(0),
+            origin: Instant::now(),
+            interval: duration_nanos(rate.interval()),
+            tolerance: [0; 3],
+            rate,
+            burst: 1,
+            max_wait: Duration::ZERO,
+            report: Report::new(labels, ShedBy::RateLimit),
+        };
+        limit.set_burst(rate.count());
+        Ok(limit)
+    }
+
+    /// The same limit, admitting up to `burst` calls at once (after a
+    /// quiet spell) before it spaces them by the rate's interval.
+    ///
+    /// # Errors
+    ///
+    /// A burst of 0, which would refuse every call.
+    pub fn with_burst(mut self, burst: u32) -> Result<Self, ConfigError> {
+        if burst == 0 {
+            return Err(ConfigError::new(
+                format!("rate limit `{}`", self.name()),
+                "burst",
+                burst,
+                "a burst of 0 would refuse every call; use at least 1 (one call at a time, spaced by the rate)",
+            ));
+        }
+        self.set_burst(burst);
+        Ok(self)
+    }
+
+    fn set_burst(&mut self, burst: u32) {
+        self.burst = burst;
+        self.tolerance = Priority::ALL
+            .map(|p| u64::from(p.share(burst) - 1).saturating_mul(self.interval));
+    }
+
+    /// The same limit, whose [`acquire`](Self::acquire) waits at most
+    /// `max_wait` for its place in the schedule (default: no wait).
+    ///
+    /// The wait counts against the caller's time: keep it well below the
+    /// retry chain's `max_elapsed` and the caller's deadline.
+    #[must_use]
+    pub fn with_max_wait(mut self, max_wait: Duration) -> Self {
+        self.max_wait = max_wait;
+        self
+    }
+
+    /// The limit's name.
+    pub fn name(&self) -> &'static str {
+        self.report.name()
+    }
+
+    /// The rate.
+    pub fn rate(&self) -> Rate {
+        self.rate
+    }
+
+    /// The most calls admitted at once.
+    pub fn burst(&self) -> u32 {
+        self.burst
+    }
+
+    /// The longest [`acquire`](Self::acquire) waits.
+    pub fn max_wait(&self) -> Duration {
+        self.max_wait
+    }
+
+    /// Admits a call of `priority` now, or refuses it with [`Overloaded`]
+    /// and the time until a call of its priority would be admitted
+    /// ([`Overloaded::retry_after`]). Never waits.
+    #[inline]
+    pub fn try_acquire(&self, priority: Priority) -> Result<(), Overloaded> {
+        let now = self.now();
+        match self.take(now, self.tolerance[priority.index()]) {
+            Ok(_) => {
+                report::rate_admitted(self.report.labels());
+                Ok(())
+            }
+            Err(ahead) => Err(self.refuse(priority, ahead)),
+        }
+    }
+
+    /// Admits a call of `priority`, waiting for its place in the schedule
+    /// when that is at most [`max_wait`](Self::max_wait) away and before
+    /// the caller's [deadline](crate::deadline); otherwise refuses it at
+    /// once, as [`try_acquire`](Self::try_acquire) does. Sheddable calls
+    /// never wait.
+    pub async fn acquire(&self, priority: Priority) -> Result<(), Overloaded> {
+        let now = self.now();
+        let tolerance = self.tolerance[priority.index()];
+        let mut wait = if priority == Priority::Sheddable {
+            Duration::ZERO
+        } else {
+            self.max_wait
+        };
+        if let Some(left) = crate::deadline::remaining() {
+            wait = wait.min(left);
+        }
+        match self.take(now, tolerance.saturating_add(duration_nanos(wait))) {
+            Ok(start) if start <= now.saturating_add(tolerance) => {
+                report::rate_admitted(self.report.labels());
+                Ok(())
+            }
+            Ok(start) => {
+                // Admitted at `start − tolerance`: the first instant the
+                // call conforms.
+                let at = start - tolerance;
+                let waited = Duration::from_nanos(at - now);
+                crate::clock::sleep_until(self.origin + Duration::from_nanos(at)).await;
+                report::rate_admitted(self.report.labels());
+                report::rate_waited(self.report.labels(), waited);
+                Ok(())
+            }
+            Err(ahead) => Err(self.refuse(priority, ahead)),
+        }
+    }
+
+    /// Nanoseconds since the origin.
+    #[inline]
+    fn now(&self) -> u64 {
+        duration_nanos(Instant::now().saturating_duration_since(self.origin))
+    }
+
+    /// Takes the next place in the schedule if it is at most `allowance`
+    /// ahead of `now`: `Ok(place)`, the arrival time the call was given,
+    /// or `Err(how far ahead)` the next place is, beyond the allowance.
+    #[inline]
+    fn take(&self, now: u64, allowance: u64) -> Result<u64, u64> {
+        let mut tat = self.tat.load(Ordering::Relaxed);
+        loop {
+            // A limit that was idle starts from now: the unused past is
+            // not saved up beyond the burst.
+            let place = tat.max(now);
+            let ahead = place - now;
+            if ahead > allowance {
+                return Err(ahead);
+            }
+            // Relaxed: the word publishes nothing but itself.
+            match self.tat.compare_exchange_weak(
+                tat,
+                place + self.interval,
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => return Ok(place),
+                Err(current) => tat = current,
+            }
+        }
+    }
+
+    /// A refused call, `ahead` nanoseconds before it would have been
+    /// admitted (the next place minus the tolerance of its priority).
+    #[cold]
+    fn refuse(&self, priority: Priority, ahead: u64) -> Overloaded {
+        let tolerance = self.tolerance[priority.index()];
+        let retry_after = Duration::from_nanos(ahead - tolerance);
+        self.report.shed(priority, 0).with_retry_after(retry_after)
+    }
+}
+
+#[cfg(test)]
+mod tests;
