@@ -1,0 +1,95 @@
+//! One admission of a rate limit, ours beside `governor`'s `check()` in the
+//! same run, and what an admission allocates (nothing).
+//!
+//! `cargo bench --bench rate -- --warm-up-time 1 --measurement-time 3`
+//!
+//! Both limits are far from full (a rate of 10⁹ a second with a burst of
+//! as many), so every call is admitted and each row is the admission
+//! path: a clock read and one compare-and-swap of the word. governor
+//! reads `quanta`'s clock (the TSC); ours reads tokio's `Instant`, so that
+//! tokio's paused clock drives it in tests (`std::time::Instant` outside
+//! a test build of tokio). The refusal rows are the other path: a limit
+//! at its rate, every call refused and told when to come back.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::hint::black_box;
+use std::num::NonZeroU32;
+use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+use std::time::Duration;
+
+use criterion::{Criterion, criterion_group, criterion_main};
+use governor::{Quota, RateLimiter};
+use resilience::limit::{Priority, Rate, RateLimit};
+
+struct Counting;
+
+static ALLOCATIONS: AtomicUsize = AtomicUsize::new(0);
+
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        ALLOCATIONS.fetch_add(1, Relaxed);
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        unsafe { System.dealloc(ptr, layout) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+fn allocations_per_call(mut call: impl FnMut()) -> f64 {
+    call();
+    let before = ALLOCATIONS.load(Relaxed);
+    for _ in 0..10_000 {
+        call();
+    }
+    (ALLOCATIONS.load(Relaxed) - before) as f64 / 10_000.0
+}
+
+fn rate(c: &mut Criterion) {
+    // Outside any runtime: tokio's clock is the system's here, as in a
+    // user's build without tokio's `test-util`.
+    const FAST: u32 = 1_000_000_000;
+    let ours = RateLimit::new("bench", Rate::per_second(FAST)).unwrap();
+    let theirs = RateLimiter::direct(Quota::per_second(NonZeroU32::new(FAST).unwrap()));
+    let ours_full = RateLimit::new("bench", Rate::per_hour(1)).unwrap();
+    ours_full.try_acquire(Priority::Critical).unwrap();
+    let theirs_full = RateLimiter::direct(Quota::per_hour(NonZeroU32::new(1).unwrap()));
+    theirs_full.check().unwrap();
+
+    println!(
+        "allocations per admission: ours {}, governor {}",
+        allocations_per_call(|| {
+            black_box(ours.try_acquire(Priority::Default)).unwrap();
+        }),
+        allocations_per_call(|| {
+            black_box(theirs.check()).unwrap();
+        }),
+    );
+
+    let mut group = c.benchmark_group("rate");
+    group.bench_function("resilience: try_acquire, admitted", |b| {
+        b.iter(|| black_box(ours.try_acquire(black_box(Priority::Default))))
+    });
+    group.bench_function("governor: check, admitted", |b| {
+        b.iter(|| black_box(theirs.check()))
+    });
+    group.bench_function("resilience: try_acquire, refused", |b| {
+        b.iter(|| black_box(ours_full.try_acquire(black_box(Priority::Default))))
+    });
+    group.bench_function("governor: check, refused", |b| {
+        b.iter(|| black_box(theirs_full.check()))
+    });
+    group.bench_function("clock: tokio::time::Instant::now", |b| {
+        b.iter(tokio::time::Instant::now)
+    });
+    group.bench_function("clock: std::time::Instant::now", |b| {
+        b.iter(std::time::Instant::now)
+    });
+    group.finish();
+    black_box(Duration::ZERO);
+}
+
+criterion_group!(benches, rate);
+criterion_main!(benches);
