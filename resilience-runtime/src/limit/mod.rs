@@ -1,11 +1,12 @@
 //! Load limiting: send an overloaded dependency fewer calls before it
-//! falls over (issue 29).
+//! falls over, and a rate-limited one no more than its quota.
 //!
 //! The [breaker](crate::breaker) protects callers from a dependency that is
 //! *down*. A dependency that is *slow because it is overloaded* needs its
-//! callers to send less — and retries against it make it worse. Three
-//! mechanisms, usable alone or together, all shedding with the runtime's
-//! [`Overloaded`] error:
+//! callers to send less — and retries against it make it worse. A
+//! dependency with a quota (a partner API allowing 100 requests a second)
+//! needs its callers to stay under it. Four mechanisms, usable alone or
+//! together, all shedding with the runtime's [`Overloaded`] error:
 //!
 //! - [`Bulkhead`]: at most `max` calls in flight, an optional bounded wait
 //!   for a slot. Reads no clock.
@@ -16,17 +17,20 @@
 //! - [`Throttle`]: the SRE book's client-side adaptive throttling, which
 //!   rejects locally with probability
 //!   `max(0, (requests − K × accepts) / (requests + 1))`.
+//! - [`RateLimit`]: at most a [`Rate`] of calls, a burst at once (GCRA, as
+//!   `governor` and `redis-cell`), waiting a bounded time for a place or
+//!   refusing with [when to come back](Overloaded::retry_after).
 //!
 //! Every call carries a [`Priority`]: sheddable calls are shed first,
-//! critical ones last. A [`Limiter`] combines a throttle with a bulkhead or
-//! an adaptive limit, as the HTTP layers apply it (`with_limit` on the
+//! critical ones last. A [`Limiter`] combines a throttle and a rate limit
+//! with a bulkhead or an adaptive limit, as the HTTP layers apply it (`with_limit` on the
 //! reqwest middleware and the tower layer; a request's priority is a
 //! `Priority` in its extensions).
 //!
 //! # Where limiting sits
 //!
 //! ```text
-//! caller → breaker → retry → [throttle → concurrency limit or bulkhead] → transport
+//! caller → breaker → retry → [throttle → rate limit → concurrency limit or bulkhead] → transport
 //! ```
 //!
 //! - **A slot is held per attempt**, not per logical call: a chain pausing
