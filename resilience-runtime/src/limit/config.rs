@@ -329,7 +329,11 @@ mod tests {
         );
         assert!(partner.as_bulkhead().is_none() && partner.as_throttle().is_none());
         let search = registry.limiter("search").unwrap();
-        assert_eq!(search.as_rate().unwrap().burst(), 6000, "the rate's count by default");
+        assert_eq!(
+            search.as_rate().unwrap().burst(),
+            6000,
+            "the rate's count by default"
+        );
         assert_eq!(search.as_bulkhead().unwrap().max(), 4);
         assert!(search.as_throttle().is_some());
     }
@@ -342,13 +346,20 @@ mod tests {
             ("rate = \"0/s\"", "rate", "at least 1"),
             ("rate = \"100/s\"\nburst = 0", "burst", "at least 1"),
             ("burst = 10", "burst", "add `rate ="),
-            ("adaptive = true\nmax_wait = \"10ms\"", "max_wait", "rate limit"),
+            (
+                "adaptive = true\nmax_wait = \"10ms\"",
+                "max_wait",
+                "rate limit",
+            ),
         ];
         for (section, field, reason) in cases {
             let err = registry(&format!("[limits.partner]\n{section}\n")).unwrap_err();
             assert_eq!(err.field(), field, "{section}: {err}");
             assert!(err.reason().contains(reason), "{section}: {err}");
-            assert!(err.subject().contains("[limits.partner]"), "{section}: {err}");
+            assert!(
+                err.subject().contains("[limits.partner]"),
+                "{section}: {err}"
+            );
         }
     }
 

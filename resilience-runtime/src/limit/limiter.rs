@@ -226,7 +226,10 @@ mod tests {
                 .unwrap()
                 .with_max_wait(ms * 150),
         );
-        limiter.call(Priority::Default, async { Ok::<_, E>(()) }).await.unwrap();
+        limiter
+            .call(Priority::Default, async { Ok::<_, E>(()) })
+            .await
+            .unwrap();
         let start = tokio::time::Instant::now();
         let bulkhead = limiter.as_bulkhead().unwrap();
         let waiting = limiter.call(Priority::Default, async {
@@ -248,7 +251,10 @@ mod tests {
                 .unwrap()
                 .with_max_wait(ms * 50),
         );
-        limiter.call(Priority::Default, async { Ok::<_, E>(()) }).await.unwrap();
+        limiter
+            .call(Priority::Default, async { Ok::<_, E>(()) })
+            .await
+            .unwrap();
         let mut polled = false;
         let err = limiter
             .call(Priority::Default, async {

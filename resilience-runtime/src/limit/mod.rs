@@ -60,6 +60,8 @@ mod limiter;
 mod priority;
 mod rate;
 mod report;
+#[cfg(feature = "limit-server")]
+pub mod server;
 mod throttle;
 mod vegas;
 

@@ -93,7 +93,12 @@ impl Rate {
         } else {
             return Ok(());
         };
-        Err(ConfigError::new("rate limit", "rate", self.to_string(), reason))
+        Err(ConfigError::new(
+            "rate limit",
+            "rate",
+            self.to_string(),
+            reason,
+        ))
     }
 }
 
@@ -260,8 +265,8 @@ impl RateLimit {
 
     fn set_burst(&mut self, burst: u32) {
         self.burst = burst;
-        self.tolerance = Priority::ALL
-            .map(|p| u64::from(p.share(burst) - 1).saturating_mul(self.interval));
+        self.tolerance =
+            Priority::ALL.map(|p| u64::from(p.share(burst) - 1).saturating_mul(self.interval));
     }
 
     /// The same limit, whose [`acquire`](Self::acquire) waits at most
@@ -343,6 +348,27 @@ impl RateLimit {
             }
             Err(ahead) => Err(self.refuse(priority, ahead)),
         }
+    }
+
+    /// How many calls of `priority` would be admitted now, one after the
+    /// other, and how long until one more would be (zero when the whole
+    /// share of the burst is free): what the server's `RateLimit` field
+    /// says.
+    pub fn remaining(&self, priority: Priority) -> (u32, Duration) {
+        let now = self.now();
+        let ahead = self.tat.load(Ordering::Relaxed).saturating_sub(now);
+        let tolerance = self.tolerance[priority.index()];
+        if ahead > tolerance {
+            return (0, Duration::from_nanos(ahead - tolerance));
+        }
+        let slack = tolerance - ahead;
+        let left = (slack / self.interval + 1).min(u64::from(u32::MAX)) as u32;
+        let next = if ahead == 0 {
+            Duration::ZERO
+        } else {
+            Duration::from_nanos(self.interval - slack % self.interval)
+        };
+        (left, next)
     }
 
     /// Nanoseconds since the origin.

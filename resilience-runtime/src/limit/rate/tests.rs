@@ -111,7 +111,11 @@ async fn redis_cell_rate_limits() {
         (10, 8000, false, None),
         (11, 9500, false, None),
     ];
-    assert_eq!(lb.burst(), 1, "a count of 1 a second is a burst of 1 by default");
+    assert_eq!(
+        lb.burst(),
+        1,
+        "a count of 1 a second is a burst of 1 by default"
+    );
     let lb = lb.with_burst(5).unwrap();
     for (case, at, limited, retry_after) in cases {
         tokio::time::sleep_until(start + MS * at as u32).await;
@@ -240,7 +244,11 @@ async fn a_cancelled_wait_keeps_its_place() {
         "cancelled while waiting"
     );
     let refused = lb.try_acquire(C).unwrap_err();
-    assert_eq!(refused.retry_after(), Some(MS * 79), "after the cancelled call's place");
+    assert_eq!(
+        refused.retry_after(),
+        Some(MS * 79),
+        "after the cancelled call's place"
+    );
 }
 
 /// The GCRA's bound, checked over a long irregular run: in every window
@@ -267,7 +275,10 @@ async fn no_window_admits_more_than_the_burst_plus_the_rate() {
     for window in [MS * 10, MS * 100, Duration::from_secs(1)] {
         let most = 10 + (window.as_millis() / 10) as usize;
         for (i, &from) in admitted.iter().enumerate() {
-            let within = admitted[i..].iter().take_while(|&&t| t < from + window).count();
+            let within = admitted[i..]
+                .iter()
+                .take_while(|&&t| t < from + window)
+                .count();
             assert!(within <= most, "{within} in {window:?} from {from:?}");
         }
     }
