@@ -21,10 +21,13 @@ use crate::telemetry::Labels;
 /// sheddable calls never wait. **Critical calls are shed last**: a slot
 /// that frees goes to a waiting critical call before any other, and while
 /// one waits no call of another priority takes a slot; default calls then
-/// get the slots in the order they came.
+/// get the slots in the order they came: a call that arrives while calls
+/// of its priority wait queues behind them ([`try_acquire`](Self::try_acquire)
+/// refuses it), so that a slot that frees goes to the waiter woken for it.
 ///
-/// Admission is one compare-and-swap and the release one subtraction
-/// (plus a wake-up when someone waits): no clock, no lock, no allocation.
+/// Admission is one compare-and-swap (and a read of the waiters' count)
+/// and the release one subtraction (plus a wake-up when someone waits):
+/// no clock, no lock, no allocation.
 ///
 /// ```
 /// use resilience::limit::{Bulkhead, Priority};
@@ -150,12 +153,21 @@ impl Bulkhead {
     /// `priority`.
     #[inline]
     pub fn try_acquire(&self, priority: Priority) -> Result<BulkheadPermit<'_>, Overloaded> {
-        self.admit(priority)
+        self.admit(priority, Arrival::New)
             .ok_or_else(|| self.report.shed(priority, self.max))
     }
 
+    /// `arrival`: a call that just came does not pass the calls of its
+    /// priority already waiting (a slot that frees is theirs, in the order
+    /// they came); a waiter woken for a slot takes it.
     #[inline]
-    fn admit(&self, priority: Priority) -> Option<BulkheadPermit<'_>> {
+    fn admit(&self, priority: Priority, arrival: Arrival) -> Option<BulkheadPermit<'_>> {
+        if arrival == Arrival::New
+            && priority != Priority::Critical
+            && self.waiting.load(Ordering::SeqCst) != 0
+        {
+            return None;
+        }
         // Compare-and-swap rather than add-then-undo: a call that is
         // refused never raises the count, so it cannot make another call
         // (a waiter woken for a freed slot) fail in its turn.
@@ -163,10 +175,12 @@ impl Bulkhead {
         // A call that is not critical compares the whole word: a critical
         // call waiting puts it above every share, so that the slot it
         // waits for stays its own.
-        let seen = if priority == Priority::Critical {
-            IN_FLIGHT
-        } else {
-            u64::MAX
+        let seen = match (priority, arrival) {
+            (Priority::Critical, Arrival::Woken) => IN_FLIGHT,
+            // A critical call that just came queues behind the critical
+            // calls waiting: their count, in the high bits, is above any
+            // share.
+            _ => u64::MAX,
         };
         let mut before = self.state.load(Ordering::SeqCst);
         loop {
@@ -202,7 +216,7 @@ impl Bulkhead {
     ///
     /// [`Overloaded`] when no slot was freed in time.
     pub async fn acquire(&self, priority: Priority) -> Result<BulkheadPermit<'_>, Overloaded> {
-        if let Some(permit) = self.admit(priority) {
+        if let Some(permit) = self.admit(priority, Arrival::New) {
             return Ok(permit);
         }
         if self.max_wait.is_zero() || priority == Priority::Sheddable {
@@ -210,22 +224,32 @@ impl Bulkhead {
         }
         let until = tokio::time::Instant::now() + self.max_wait;
         let critical = priority == Priority::Critical;
-        let (freed, _waiting) = if critical {
-            self.state.fetch_add(CRITICAL_WAITING, Ordering::SeqCst);
-            (&self.freed_critical, Waiting::critical(self))
+        let (freed, _waiting, ahead) = if critical {
+            let before = self.state.fetch_add(CRITICAL_WAITING, Ordering::SeqCst);
+            (
+                &self.freed_critical,
+                Waiting::critical(self),
+                before / CRITICAL_WAITING,
+            )
         } else {
-            self.waiting.fetch_add(1, Ordering::SeqCst);
-            (&self.freed, Waiting::default(self))
+            let before = self.waiting.fetch_add(1, Ordering::SeqCst);
+            (&self.freed, Waiting::default(self), u64::from(before))
         };
+        // The first in line looks for a slot freed since its first try;
+        // one with calls ahead of it waits to be woken, so that the slot
+        // that frees goes to the one woken for it (wake-ups go in the
+        // order the waiters registered).
+        let mut look = ahead == 0;
         loop {
             let freed = freed.notified();
             tokio::pin!(freed);
             freed.as_mut().enable();
             // After registering: a slot freed since the last try wakes
             // this one, or is seen here.
-            if let Some(permit) = self.admit(priority) {
+            if look && let Some(permit) = self.admit(priority, Arrival::Woken) {
                 return Ok(permit);
             }
+            look = true;
             if tokio::time::timeout_at(until, freed).await.is_err() {
                 return Err(self.report.shed(priority, self.max));
             }
@@ -281,6 +305,14 @@ impl Bulkhead {
             self.freed.notify_one();
         }
     }
+}
+
+/// Who asks for a slot: a call that just came, or a waiter that may take
+/// the slot it was woken for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Arrival {
+    New,
+    Woken,
 }
 
 /// Counts a caller out of the waiters however its wait ends, then passes
@@ -571,6 +603,63 @@ mod tests {
         assert_eq!(bulkhead.in_flight(), 0);
         assert_eq!(bulkhead.state.load(Ordering::SeqCst), 0);
         assert_eq!(bulkhead.waiting.load(Ordering::SeqCst), 0);
+    }
+
+    /// The bulkhead's promise, "default calls then get the slots in the
+    /// order they came", as tokio's `Semaphore` (fair: permits go to
+    /// waiters first in, first out) and resilience4j's fair bulkhead keep
+    /// it: a call that arrives just after a release, or keeps asking,
+    /// does not take the slot that a waiting call was woken for.
+    #[tokio::test(start_paused = true)]
+    async fn waiting_calls_get_the_slots_in_the_order_they_came() {
+        let bulkhead = Arc::new(
+            Bulkhead::new("inventory", 1)
+                .unwrap()
+                .with_max_wait(MS * 1000),
+        );
+        let held = bulkhead.try_acquire(Priority::Default).unwrap();
+        let started = tokio::time::Instant::now();
+        let mut waiters = Vec::new();
+        for _ in 0..3 {
+            waiters.push(waiter(&bulkhead, Priority::Default, started, 10 * MS));
+            tokio::time::sleep(MS).await;
+        }
+        // A caller that asks every millisecond, from before the first
+        // release to after the last waiter is served.
+        let barging = {
+            let bulkhead = bulkhead.clone();
+            tokio::spawn(async move {
+                let mut first = None;
+                while started.elapsed() < 60 * MS {
+                    if let Ok(_permit) = bulkhead.try_acquire(Priority::Default) {
+                        first.get_or_insert(started.elapsed());
+                        tokio::time::sleep(MS).await;
+                    }
+                    tokio::time::sleep(MS).await;
+                }
+                first
+            })
+        };
+        tokio::time::sleep(2 * MS).await;
+        // The caller that freed the slot asks again at once.
+        drop(held);
+        assert!(bulkhead.try_acquire(Priority::Default).is_err());
+        let mut admitted = Vec::new();
+        for waiter in waiters {
+            let (outcome, at) = waiter.await.unwrap();
+            assert_eq!(outcome, Ok(()));
+            admitted.push(at);
+        }
+        assert_eq!(
+            admitted,
+            [5 * MS, 15 * MS, 25 * MS],
+            "in the order they came"
+        );
+        let first = barging.await.unwrap().expect("a slot once nobody waits");
+        assert!(
+            first >= 35 * MS,
+            "the caller that kept asking got a slot at {first:?}"
+        );
     }
 
     /// Never more than `max` in flight, whatever the interleaving: 8
