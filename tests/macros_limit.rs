@@ -116,6 +116,38 @@ async fn calls_past_the_limit_are_shed_and_not_retried() {
     assert_eq!(ENTERED_CRITICAL.load(Ordering::SeqCst), 20);
 }
 
+static ENTERED_SCOPED: AtomicU32 = AtomicU32::new(0);
+
+#[retry(limit = "inventory-scoped", initial = "10ms")]
+async fn get_stock_scoped() -> Result<u32, Error> {
+    ENTERED_SCOPED.fetch_add(1, Ordering::SeqCst);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    Ok(7)
+}
+
+/// One fn, declared at the default priority, its calls arriving at once:
+/// the default calls stop at 18 of the 20 slots, and the calls its caller
+/// sends as critical (`limit::with_priority`) take the last 2.
+#[tokio::test(start_paused = true)]
+async fn a_call_can_be_sent_as_critical_without_a_second_fn() {
+    use resilience::limit::{Priority, with_priority};
+
+    let default: Vec<_> = (0..25).map(|_| tokio::spawn(get_stock_scoped())).collect();
+    let critical: Vec<_> = (0..25)
+        .map(|_| tokio::spawn(with_priority(Priority::Critical, get_stock_scoped())))
+        .collect();
+    let count = |tasks: Vec<tokio::task::JoinHandle<Result<u32, Error>>>| async move {
+        let mut ok = 0;
+        for task in tasks {
+            ok += usize::from(task.await.unwrap().is_ok());
+        }
+        ok
+    };
+    assert_eq!(count(default).await, 18);
+    assert_eq!(count(critical).await, 2);
+    assert_eq!(ENTERED_SCOPED.load(Ordering::SeqCst), 20);
+}
+
 #[tokio::test(start_paused = true)]
 async fn each_attempt_takes_and_frees_a_slot() {
     assert_eq!(get_flaky().await.unwrap(), 1);

@@ -43,7 +43,10 @@ where
         registry::global().limiter_or_default(site.name, LimitConfig::adaptive(VegasConfig::new()))
     });
     match limiter {
-        Some(limiter) => limiter.call(site.priority, attempt).await,
+        Some(limiter) => {
+            let priority = crate::limit::scoped_priority().unwrap_or(site.priority);
+            limiter.call(priority, attempt).await
+        }
         None => attempt.await,
     }
 }

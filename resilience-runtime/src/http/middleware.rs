@@ -156,6 +156,7 @@ impl Middleware for ResilienceMiddleware {
             extensions
                 .get::<crate::limit::Priority>()
                 .copied()
+                .or_else(crate::limit::scoped_priority)
                 .unwrap_or_default(),
         );
         let once = if self.policy.max_attempts() <= 1 {

@@ -22,7 +22,7 @@
 //!   refusing with [when to come back](Overloaded::retry_after).
 //!
 //! Every call carries a [`Priority`]: sheddable calls are shed first,
-//! critical ones last. A [`Limiter`] combines a throttle and a rate limit
+//! critical ones last; [`with_priority`] sets it for one call. A [`Limiter`] combines a throttle and a rate limit
 //! with a bulkhead or an adaptive limit, as the HTTP layers apply it (`with_limit` on the
 //! reqwest middleware and the tower layer; a request's priority is a
 //! `Priority` in its extensions).
@@ -69,7 +69,8 @@ pub use adaptive::{AdaptiveLimit, LimitPermit};
 pub use bulkhead::{Bulkhead, BulkheadPermit};
 pub use config::LimitConfig;
 pub use limiter::Limiter;
-pub use priority::Priority;
+pub(crate) use priority::scoped as scoped_priority;
+pub use priority::{Priority, WithPriority, with_priority};
 pub use rate::{Rate, RateLimit};
 pub use throttle::{Throttle, ThrottleConfig, ThrottleTicket};
 pub use vegas::VegasConfig;

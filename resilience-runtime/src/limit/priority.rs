@@ -1,5 +1,12 @@
 //! Per-call priority: which calls a full limiter sheds first.
 
+use std::cell::Cell;
+use std::future::{Future, IntoFuture};
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use pin_project_lite::pin_project;
+
 /// How important a call is when its dependency is overloaded: as a limit
 /// fills, sheddable calls are refused first, critical calls last.
 ///
@@ -81,6 +88,77 @@ impl Priority {
     }
 }
 
+thread_local! {
+    // The priority the caller gave the calls being polled now, set only
+    // while a `WithPriority` future is polled on this thread.
+    static SCOPED: Cell<Option<Priority>> = const { Cell::new(None) };
+}
+
+/// The priority [`with_priority`] gives the calls being made now, if any.
+pub(crate) fn scoped() -> Option<Priority> {
+    SCOPED.get()
+}
+
+pin_project! {
+    /// A future whose limited calls have one priority; see
+    /// [`with_priority`].
+    #[derive(Debug)]
+    #[must_use = "futures do nothing unless `.await`ed"]
+    pub struct WithPriority<F> {
+        priority: Priority,
+        #[pin]
+        inner: F,
+    }
+}
+
+impl<F: Future> Future for WithPriority<F> {
+    type Output = F::Output;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        let this = self.project();
+        // Restores the outer value even if the inner future panics.
+        struct Restore(Option<Priority>);
+        impl Drop for Restore {
+            fn drop(&mut self) {
+                SCOPED.set(self.0);
+            }
+        }
+        let _restore = Restore(SCOPED.replace(Some(*this.priority)));
+        this.inner.poll(cx)
+    }
+}
+
+/// Runs `fut` so that every limited call it makes has `priority`, whatever
+/// priority its declaration gave it: one call sent as critical (a payment
+/// the user waits for) or as sheddable (a prefetch), without a second
+/// annotated fn.
+///
+/// It reaches the calls that take their priority from where they were
+/// declared: `#[retry(limit = …)]` and `#[circuit_breaker(limit = …)]`,
+/// and the reqwest middleware's and tower layer's requests that carry no
+/// [`Priority`] of their own in their extensions. The scope is the
+/// future's, like the caller's [deadline](crate::deadline): no extra
+/// parameter, every call inside however deep, nothing leaks into tasks
+/// spawned from inside; the innermost scope wins.
+///
+/// ```
+/// use resilience::limit::{self, Priority};
+///
+/// # #[tokio::main(flavor = "current_thread")] async fn main() {
+/// # async fn charge(amount: u64) -> Result<u64, std::io::Error> { Ok(amount) }
+/// // `charge` is declared with the default priority; this one call is
+/// // critical.
+/// let receipt = limit::with_priority(Priority::Critical, charge(100)).await;
+/// # assert_eq!(receipt.unwrap(), 100);
+/// # }
+/// ```
+pub fn with_priority<F: IntoFuture>(priority: Priority, fut: F) -> WithPriority<F::IntoFuture> {
+    WithPriority {
+        priority,
+        inner: fut.into_future(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::Priority;
@@ -102,6 +180,30 @@ mod tests {
         for (i, p) in Priority::ALL.into_iter().enumerate() {
             assert_eq!(p.index(), i);
         }
+    }
+
+    #[tokio::test]
+    async fn the_innermost_scope_wins_and_nothing_leaks() {
+        use super::{scoped, with_priority};
+
+        assert_eq!(scoped(), None);
+        let seen = with_priority(Priority::Critical, async {
+            let outer = scoped();
+            let inner = with_priority(Priority::Sheddable, async { scoped() }).await;
+            let spawned = tokio::spawn(async { scoped() }).await.unwrap();
+            (outer, inner, scoped(), spawned)
+        })
+        .await;
+        assert_eq!(
+            seen,
+            (
+                Some(Priority::Critical),
+                Some(Priority::Sheddable),
+                Some(Priority::Critical),
+                None
+            )
+        );
+        assert_eq!(scoped(), None);
     }
 
     #[test]

@@ -375,10 +375,12 @@ impl ResilienceLayer {
 }
 
 /// The [`Priority`](crate::limit::Priority) a request asks for in its
-/// extensions, `Default` when none.
+/// extensions, else the caller's [`with_priority`](crate::limit::with_priority),
+/// `Default` when neither.
 fn priority_of(extensions: &http::Extensions) -> crate::limit::Priority {
     extensions
         .get::<crate::limit::Priority>()
         .copied()
+        .or_else(crate::limit::scoped_priority)
         .unwrap_or_default()
 }
