@@ -51,6 +51,9 @@ pub struct ConsumerConfig {
     ack_deadline: Duration,
     settled_ttl: Duration,
     requeue_delay: Duration,
+    /// "the consumer `<target>`": the name a chain nested in the handler
+    /// gives its outer chain in its WARN.
+    chain: &'static &'static str,
 }
 
 /// The worst-case length of a retry chain, and what it is made of: see
@@ -155,6 +158,7 @@ impl ConsumerConfig {
             ack_deadline,
             settled_ttl: Self::SETTLED_TTL,
             requeue_delay: policy.backoff().initial(),
+            chain: chain_name(labels),
         })
     }
 
@@ -359,6 +363,33 @@ impl ConsumerConfig {
     pub const fn requeue_delay(&self) -> Duration {
         self.requeue_delay
     }
+
+    /// The name the handler's attempts are polled under: a `#[retry]` fn
+    /// called in the handler makes one attempt and its WARN names this
+    /// outer chain.
+    pub(crate) const fn chain_name(&self) -> &'static &'static str {
+        self.chain
+    }
+}
+
+/// "the consumer `<target>`", kept for the process's life (the thread
+/// mark of a chain is a `&'static &'static str`), once per target.
+fn chain_name(labels: Labels) -> &'static &'static str {
+    use std::collections::HashMap;
+    use std::sync::Mutex;
+    static NAMES: Mutex<Option<HashMap<&'static str, &'static &'static str>>> = Mutex::new(None);
+    let mut names = match NAMES.lock() {
+        Ok(names) => names,
+        Err(poisoned) => poisoned.into_inner(),
+    };
+    names
+        .get_or_insert_with(HashMap::new)
+        .entry(labels.target())
+        .or_insert_with(|| {
+            let name: &'static str =
+                Box::leak(format!("the consumer `{}`", labels.target()).into_boxed_str());
+            Box::leak(Box::new(name))
+        })
 }
 
 fn round_to_millis(duration: Duration) -> Duration {

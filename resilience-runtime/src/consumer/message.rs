@@ -236,6 +236,18 @@ pub trait Broker: Send + Sync {
         false
     }
 
+    /// Whether [`dead_letter`](Self::dead_letter) hands `letter` to a
+    /// later retry rather than to the dead-letter sink (Kafka's retry
+    /// topics, for a message whose chain gave up on a transient error).
+    /// Then the consumer does not record the message as settled (the copy
+    /// carries its id and must run), counts no dead letter, and reports
+    /// [`Disposition::RetryLater`](super::Disposition::RetryLater).
+    /// `false` by default.
+    fn retries_later(&self, delivery: &Self::Delivery, letter: &DeadLetter) -> bool {
+        let _ = (delivery, letter);
+        false
+    }
+
     /// Publishes `letter` to the dead-letter sink, confirmed, without
     /// settling the delivery.
     fn dead_letter(

@@ -29,12 +29,35 @@
 //! # Brokers
 //!
 //! A broker is one implementation of [`Broker`]: receive, ack, requeue,
-//! dead-letter. Two are shipped: `rabbitmq` (feature `rabbitmq`, over
-//! `lapin`) and `jetstream` (feature `jetstream`, NATS JetStream pull
-//! consumers over `async-nats`). A Kafka adapter is one file too: `next` is
-//! the consumer's `recv`, `ack` stores the offset, `requeue` seeks the
-//! partition back to the message, `dead_letter` produces to `<topic>.dlq`
-//! with the error in its headers and waits for the delivery report.
+//! dead-letter. Three are shipped: `rabbitmq` (feature `rabbitmq`, over
+//! `lapin`), `jetstream` (feature `jetstream`, NATS JetStream pull
+//! consumers over `async-nats`) and `kafka` (feature `kafka`, a consumer
+//! group member over `rdkafka`: `next` is the consumer's `recv`, `ack`
+//! stores the offset, `requeue` seeks the partition back to the message,
+//! `dead_letter` produces to `<topic>.dlq` with the error in its headers
+//! and waits for the delivery report; with retry topics, a transient
+//! failure leaves the partition instead of holding it).
+//!
+//! # Stopping a worker
+//!
+//! [`Consumer::run`] runs until the broker ends the subscription (a Kafka
+//! member never does); [`Consumer::run_until`] takes a shutdown future (a
+//! signal, a cancellation token) and stops cleanly: the message in hand
+//! is finished and settled, no other is pulled.
+//!
+//! # Annotated fns inside a handler
+//!
+//! A handler that calls a `#[retry]` fn (an HTTP call to a downstream
+//! API) runs that fn inside the consumer's chain, and there is one
+//! retrying layer: **the fn makes one attempt**, and the consumer's chain
+//! retries the whole handler under the consumer's policy. The fn's own
+//! `max`, `initial`… and its `[retry.*]` section of the configuration file
+//! do not apply inside a consumer (they do wherever else the fn is
+//! called); a WARN names both chains once. Its `#[circuit_breaker]` still
+//! applies to every attempt. Size the consumer's policy for the
+//! dependency, or call the fn from a task of its own
+//! (`tokio::spawn`) to give it its own chain, paying 5 × 3 attempts per
+//! message when the dependency is down.
 //!
 //! # The guide's Kafka rules on each broker
 //!
@@ -95,6 +118,8 @@ mod config;
 mod dedup;
 #[cfg(feature = "jetstream")]
 pub mod jetstream;
+#[cfg(feature = "kafka")]
+pub mod kafka;
 mod message;
 mod metrics;
 #[cfg(feature = "rabbitmq")]

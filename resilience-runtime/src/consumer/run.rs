@@ -69,6 +69,11 @@ pub enum Disposition {
     /// went (after it) to the dead-letter sink, and the original is
     /// acknowledged.
     DeadLetter(DeadLetter),
+    /// The chain gave up on a transient error and the broker handed the
+    /// message to a later retry ([`Broker::retries_later`]: Kafka's retry
+    /// topics): the copy was confirmed, the original acknowledged, and the
+    /// message is not recorded as settled, so that the copy runs.
+    RetryLater(DeadLetter),
     /// Handed back to the broker, unsettled.
     Requeue(Requeue),
 }
@@ -154,6 +159,8 @@ pub struct Summary {
     pub duplicates: u64,
     /// Messages handed to the dead-letter sink.
     pub dead_lettered: u64,
+    /// Messages handed to a later retry ([`Disposition::RetryLater`]).
+    pub retried_later: u64,
     /// Messages handed back to the broker.
     pub requeued: u64,
     /// Settlements the broker refused (a lost channel): the broker
@@ -325,7 +332,10 @@ where
         let result = self
             .config
             .policy()
-            .retry(|| (self.handler)(message.clone()))
+            .retry(|| Named {
+                name: self.config.chain_name(),
+                attempt: (self.handler)(message.clone()),
+            })
             .keep_last_error()
             .notify_with((RetryMetrics::new(labels), capture))
             .await;
@@ -378,7 +388,10 @@ where
                 self.hand_back(broker, delivery, lease).await?;
                 Ok(Disposition::Requeue(why))
             }
-            Disposition::DeadLetter(letter) => {
+            // `handle` gives `DeadLetter`; `RetryLater` is what settling
+            // it may become, taken the same way if handed back in.
+            Disposition::DeadLetter(letter) | Disposition::RetryLater(letter) => {
+                let later = broker.retries_later(delivery, &letter);
                 if let Err(err) = broker.dead_letter(delivery, &letter).await {
                     tracing::error!(
                         target: "resilience",
@@ -389,6 +402,21 @@ where
                     );
                     self.hand_back(broker, delivery, lease).await?;
                     return Ok(Disposition::Requeue(Requeue::DeadLetterFailed));
+                }
+                if later {
+                    tracing::info!(
+                        target: "resilience",
+                        consumer = labels.target(),
+                        message_id = letter.message.id(),
+                        attempts = letter.attempts,
+                        error = %letter.error,
+                        "message handed to a later retry"
+                    );
+                    // The copy carries the same id: it must find no lock
+                    // and no settled record.
+                    self.release(lease).await;
+                    broker.ack(delivery).await?;
+                    return Ok(Disposition::RetryLater(letter));
                 }
                 tracing::warn!(
                     target: "resilience",
@@ -424,17 +452,103 @@ where
     /// deliver (`Err`). A settlement the broker refuses is logged and
     /// counted; the broker redelivers that message.
     ///
+    /// When a subscription ends is the broker's: a RabbitMQ consumer when
+    /// its channel is closed or the consumer cancelled, a JetStream pull
+    /// consumer when it is deleted, a Kafka group member never. To stop a
+    /// worker cleanly, use [`run_until`](Self::run_until).
+    ///
     /// One message at a time keeps a Kafka partition's order and is what
     /// the ack-deadline check assumes; run several consumers (or several
     /// `run`s over separate channels) for parallelism.
     pub async fn run<B: Broker>(&self, broker: &mut B) -> Result<Summary, B::Error> {
+        self.run_until(broker, std::future::pending()).await
+    }
+
+    /// [`run`](Self::run) until `shutdown` completes: a clean stop. The
+    /// message in hand when it completes is finished (its retry chain, its
+    /// dead letter) and settled with the broker; then no other message is
+    /// pulled, and the summary is returned. A message the broker had sent
+    /// ahead is not settled, so the broker delivers it again (RabbitMQ and
+    /// Kafka at once, to another consumer; JetStream once its `ack_wait`
+    /// has passed).
+    ///
+    /// `shutdown` is any future: `tokio::signal::ctrl_c()`, a
+    /// `CancellationToken`'s `cancelled()`, a oneshot receiver. Bound the
+    /// wait for the message in hand from outside if needed (the retry
+    /// chain's `max_elapsed` already bounds it). With Kafka, commit the
+    /// stored offsets before dropping the member (`Kafka::commit`).
+    ///
+    /// ```
+    /// use resilience::consumer::{Broker, Consumer, ConsumerConfig, DeadLetter, Message};
+    /// use resilience::telemetry::Labels;
+    /// use std::time::Duration;
+    ///
+    /// /// A broker that delivers forever.
+    /// struct Endless;
+    ///
+    /// impl Broker for Endless {
+    ///     type Delivery = ();
+    ///     type Error = std::convert::Infallible;
+    ///     async fn next(&mut self) -> Option<Result<(), Self::Error>> {
+    ///         tokio::time::sleep(Duration::from_millis(10)).await;
+    ///         Some(Ok(()))
+    ///     }
+    ///     fn message(&self, _: &()) -> Message {
+    ///         Message::new(vec![])
+    ///     }
+    ///     async fn ack(&self, _: &()) -> Result<(), Self::Error> {
+    ///         Ok(())
+    ///     }
+    ///     async fn requeue(&self, _: &()) -> Result<(), Self::Error> {
+    ///         Ok(())
+    ///     }
+    ///     async fn dead_letter(&self, _: &(), _: &DeadLetter) -> Result<(), Self::Error> {
+    ///         Ok(())
+    ///     }
+    /// }
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)] async fn main() -> Result<(), resilience::ConfigError> {
+    /// let config = ConsumerConfig::background(Labels::new("billing", "orders"), Duration::from_secs(300))?;
+    /// let consumer = Consumer::new(config, |_: Message| async { Ok::<_, std::io::Error>(()) });
+    /// let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    /// let worker = async { consumer.run_until(&mut Endless, async { let _ = stopped.await; }).await };
+    /// let stopper = async {
+    ///     tokio::time::sleep(Duration::from_millis(55)).await;
+    ///     let _ = stop.send(());
+    /// };
+    /// let (summary, ()) = tokio::join!(worker, stopper);
+    /// assert_eq!(summary.unwrap().processed, 5);
+    /// # Ok(()) }
+    /// ```
+    pub async fn run_until<B: Broker>(
+        &self,
+        broker: &mut B,
+        shutdown: impl Future<Output = ()>,
+    ) -> Result<Summary, B::Error> {
+        let mut shutdown = std::pin::pin!(shutdown);
         let mut summary = Summary::default();
-        while let Some(delivery) = broker.next().await {
+        loop {
+            let delivery = {
+                let mut next = std::pin::pin!(broker.next());
+                // The shutdown first: once it has come, no other message
+                // is taken even if one is ready.
+                std::future::poll_fn(|cx| {
+                    if shutdown.as_mut().poll(cx).is_ready() {
+                        return std::task::Poll::Ready(None);
+                    }
+                    next.as_mut().poll(cx)
+                })
+                .await
+            };
+            let Some(delivery) = delivery else {
+                break;
+            };
             let delivery = delivery?;
             match self.process(broker, &delivery).await {
                 Ok(Disposition::Processed { .. }) => summary.processed += 1,
                 Ok(Disposition::Duplicate(_)) => summary.duplicates += 1,
                 Ok(Disposition::DeadLetter(_)) => summary.dead_lettered += 1,
+                Ok(Disposition::RetryLater(_)) => summary.retried_later += 1,
                 Ok(Disposition::Requeue(_)) => summary.requeued += 1,
                 Err(err) => {
                     summary.settle_errors += 1;
@@ -486,6 +600,16 @@ where
         delivery: &B::Delivery,
         lease: Option<(Lease, Box<str>)>,
     ) -> Result<(), B::Error> {
+        self.release(lease).await;
+        // Waited once: on the broker when it can delay the redelivery,
+        // here otherwise.
+        if !broker.delays_requeue() {
+            tokio::time::sleep(self.config.requeue_delay()).await;
+        }
+        broker.requeue(delivery).await
+    }
+
+    async fn release(&self, lease: Option<(Lease, Box<str>)>) {
         if let Some((lease, id)) = lease {
             let released =
                 tokio::time::timeout(STORE_TIMEOUT, self.dedup.release(&id, lease)).await;
@@ -498,12 +622,6 @@ where
                 );
             }
         }
-        // Waited once: on the broker when it can delay the redelivery,
-        // here otherwise.
-        if !broker.delays_requeue() {
-            tokio::time::sleep(self.config.requeue_delay()).await;
-        }
-        broker.requeue(delivery).await
     }
 }
 
@@ -529,4 +647,28 @@ fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
         source = cause.source();
     }
     text
+}
+
+pin_project_lite::pin_project! {
+    /// One attempt of the handler, polled under the consumer's name, so
+    /// that a `#[retry]` fn called in the handler names the consumer as
+    /// the chain it leaves the retrying to.
+    struct Named<F> {
+        name: &'static &'static str,
+        #[pin]
+        attempt: F,
+    }
+}
+
+impl<F: Future> Future for Named<F> {
+    type Output = F::Output;
+
+    fn poll(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<F::Output> {
+        let this = self.project();
+        let _polling = crate::retry::layer::polling(this.name);
+        this.attempt.poll(cx)
+    }
 }

@@ -486,3 +486,88 @@ async fn dead_letters_and_duplicates_are_counted_with_the_http_label_scheme() {
         1
     );
 }
+
+/// A shutdown that comes while a message is retried: that message's chain
+/// is finished and the message settled, then nothing else is pulled.
+#[tokio::test(start_paused = true)]
+async fn a_shutdown_finishes_and_settles_the_message_in_hand_then_stops_pulling() {
+    let script = Script::default();
+    let consumer = Consumer::new(config(), script.handler());
+    let mut broker = Memory::with(&[("m-1", "flaky"), ("m-2", "ok-2"), ("m-3", "ok-3")]);
+    let started = Instant::now();
+    // During the first pause (500 ms) of m-1's chain.
+    let shutdown = tokio::time::sleep(Duration::from_millis(100));
+
+    let summary = consumer.run_until(&mut broker, shutdown).await.unwrap();
+
+    assert_eq!(summary.processed, 1);
+    assert_eq!(
+        script.attempts("flaky").len(),
+        3,
+        "m-1's chain ran to its end"
+    );
+    assert_eq!(script.applied(), ["flaky"]);
+    assert_eq!(broker.acked(), [Some("m-1".to_owned())]);
+    assert_eq!(broker.inbox.len(), 2, "m-2 and m-3 were not pulled");
+    assert!(
+        started.elapsed() >= Duration::from_millis(1_125),
+        "the two pauses were waited"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_shutdown_already_come_pulls_nothing() {
+    let script = Script::default();
+    let consumer = Consumer::new(config(), script.handler());
+    let mut broker = Memory::with(&[("m-1", "ok-1")]);
+
+    let summary = consumer
+        .run_until(&mut broker, std::future::ready(()))
+        .await
+        .unwrap();
+
+    assert_eq!(summary, Summary::default());
+    assert_eq!(broker.inbox.len(), 1);
+}
+
+/// A retry chain inside the handler (what a `#[retry]` fn called there
+/// is) makes one attempt per attempt of the consumer's chain, and its
+/// WARN names the consumer as the chain that retries.
+#[tokio::test(start_paused = true)]
+async fn a_chain_inside_the_handler_makes_one_attempt_and_names_the_consumer() {
+    let warnings = crate::test_events::record(tracing::Level::WARN);
+    let inner_attempts = Arc::new(Mutex::new(0u32));
+    let counted = inner_attempts.clone();
+    let config = ConsumerConfig::background(
+        Labels::new("billing", "nested-orders"),
+        Duration::from_secs(300),
+    )
+    .unwrap();
+    let consumer = Consumer::new(config, move |_: Message| {
+        let counted = counted.clone();
+        async move {
+            Policy::http()
+                .retry(|| {
+                    *counted.lock().unwrap() += 1;
+                    async { Err::<(), Failed>(Failed::Unavailable) }
+                })
+                .await
+        }
+    });
+
+    let handled = consumer.handle(Message::new(vec![])).await;
+
+    assert!(handled.disposition().is_dead_letter());
+    assert_eq!(
+        *inner_attempts.lock().unwrap(),
+        6,
+        "one inner attempt per consumer attempt, not 6 × 3"
+    );
+    let said: Vec<String> = warnings
+        .take()
+        .into_iter()
+        .filter(|event| event.contains("retry at one layer"))
+        .collect();
+    assert_eq!(said.len(), 1, "{said:?}");
+    assert!(said[0].contains("the consumer `nested-orders`"), "{said:?}");
+}
