@@ -19,18 +19,22 @@ use std::time::Duration;
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use governor::{Quota, RateLimiter};
-use resilience::limit::{Priority, Rate, RateLimit};
+use resilience::limit::{KeyedRateLimit, Priority, Rate, RateLimit};
 
 struct Counting;
 
 static ALLOCATIONS: AtomicUsize = AtomicUsize::new(0);
+/// Bytes held now (allocated less freed).
+static HELD: AtomicUsize = AtomicUsize::new(0);
 
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         ALLOCATIONS.fetch_add(1, Relaxed);
+        HELD.fetch_add(layout.size(), Relaxed);
         unsafe { System.alloc(layout) }
     }
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        HELD.fetch_sub(layout.size(), Relaxed);
         unsafe { System.dealloc(ptr, layout) }
     }
 }
@@ -86,6 +90,47 @@ fn rate(c: &mut Criterion) {
     });
     group.bench_function("clock: std::time::Instant::now", |b| {
         b.iter(std::time::Instant::now)
+    });
+    group.finish();
+
+    // Keyed: a table of 10⁶ `u64` keys (each admitted once), the
+    // admission of a known key, and of a new key at the cap (which
+    // forgets an idle one).
+    const KEYS: u64 = 1_000_000;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .unwrap();
+    let _guard = runtime.enter();
+    let before = HELD.load(Relaxed);
+    let keyed = KeyedRateLimit::<u64>::new("bench", Rate::per_second(FAST))
+        .unwrap()
+        .with_max_keys(KEYS as usize)
+        .unwrap();
+    let filled = std::time::Instant::now();
+    for key in 0..KEYS {
+        keyed.try_acquire(&key, Priority::Default).unwrap();
+    }
+    println!(
+        "keyed: {} keys in {:?}, {} B of heap per key",
+        keyed.len(),
+        filled.elapsed(),
+        (HELD.load(Relaxed) - before) / KEYS as usize
+    );
+    let mut group = c.benchmark_group("rate/keyed");
+    let mut known = 0u64;
+    group.bench_function("try_acquire, a known key of 10^6", |b| {
+        b.iter(|| {
+            known = (known + 7919) % KEYS;
+            black_box(keyed.try_acquire(&known, Priority::Default))
+        })
+    });
+    let mut fresh = KEYS;
+    group.bench_function("try_acquire, a new key at the cap of 10^6", |b| {
+        b.iter(|| {
+            fresh += 1;
+            black_box(keyed.try_acquire(&fresh, Priority::Default))
+        })
     });
     group.finish();
     black_box(Duration::ZERO);

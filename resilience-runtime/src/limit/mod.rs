@@ -19,7 +19,9 @@
 //!   `max(0, (requests − K × accepts) / (requests + 1))`.
 //! - [`RateLimit`]: at most a [`Rate`] of calls, a burst at once (GCRA, as
 //!   `governor` and `redis-cell`), waiting a bounded time for a place or
-//!   refusing with [when to come back](Overloaded::retry_after).
+//!   refusing with [when to come back](Overloaded::retry_after);
+//!   [`KeyedRateLimit`], the same per key (per tenant, per host) in a
+//!   bounded table.
 //!
 //! Every call carries a [`Priority`]: sheddable calls are shed first,
 //! critical ones last; [`with_priority`] sets it for one call. A [`Limiter`] combines a throttle and a rate limit
@@ -56,6 +58,7 @@
 mod adaptive;
 mod bulkhead;
 mod config;
+mod keyed;
 mod limiter;
 mod priority;
 mod rate;
@@ -68,6 +71,7 @@ mod vegas;
 pub use adaptive::{AdaptiveLimit, LimitPermit};
 pub use bulkhead::{Bulkhead, BulkheadPermit};
 pub use config::LimitConfig;
+pub use keyed::KeyedRateLimit;
 pub use limiter::Limiter;
 pub(crate) use priority::scoped as scoped_priority;
 pub use priority::{Priority, WithPriority, with_priority};

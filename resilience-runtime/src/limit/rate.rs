@@ -195,14 +195,10 @@ impl FromStr for Rate {
 #[derive(Debug)]
 pub struct RateLimit {
     /// The theoretical arrival time of the next call, in nanoseconds
-    /// after `origin`.
+    /// after the clock's origin.
     tat: AtomicU64,
-    origin: Instant,
-    /// The emission interval `T`, in nanoseconds.
-    interval: u64,
-    /// How far ahead of now the arrival time may be for a call of each
-    /// priority to be admitted: `(share(burst) − 1) × T`.
-    tolerance: [u64; 3],
+    clock: Clock,
+    schedule: Schedule,
     rate: Rate,
     burst: u32,
     max_wait: Duration,
@@ -229,19 +225,15 @@ impl RateLimit {
     ) -> Result<Self, ConfigError> {
         rate.validate()
             .map_err(|err| err.with_subject(format!("rate limit `{name}`")))?;
-        let labels = Labels::new(service, name);
-        let mut limit = Self {
+        Ok(Self {
             tat: AtomicU64::new(0),
-            origin: Instant::now(),
-            interval: duration_nanos(rate.interval()),
-            tolerance: [0; 3],
+            clock: Clock::new(),
+            schedule: Schedule::new(rate, rate.count()),
             rate,
-            burst: 1,
+            burst: rate.count(),
             max_wait: Duration::ZERO,
-            report: Report::new(labels, ShedBy::RateLimit),
-        };
-        limit.set_burst(rate.count());
-        Ok(limit)
+            report: Report::new(Labels::new(service, name), ShedBy::RateLimit),
+        })
     }
 
     /// The same limit, admitting up to `burst` calls at once (after a
@@ -251,22 +243,10 @@ impl RateLimit {
     ///
     /// A burst of 0, which would refuse every call.
     pub fn with_burst(mut self, burst: u32) -> Result<Self, ConfigError> {
-        if burst == 0 {
-            return Err(ConfigError::new(
-                format!("rate limit `{}`", self.name()),
-                "burst",
-                burst,
-                "a burst of 0 would refuse every call; use at least 1 (one call at a time, spaced by the rate)",
-            ));
-        }
-        self.set_burst(burst);
-        Ok(self)
-    }
-
-    fn set_burst(&mut self, burst: u32) {
+        check_burst(self.name(), burst)?;
         self.burst = burst;
-        self.tolerance =
-            Priority::ALL.map(|p| u64::from(p.share(burst) - 1).saturating_mul(self.interval));
+        self.schedule = Schedule::new(self.rate, burst);
+        Ok(self)
     }
 
     /// The same limit, whose [`acquire`](Self::acquire) waits at most
@@ -305,14 +285,8 @@ impl RateLimit {
     /// ([`Overloaded::retry_after`]). Never waits.
     #[inline]
     pub fn try_acquire(&self, priority: Priority) -> Result<(), Overloaded> {
-        let now = self.now();
-        match self.take(now, self.tolerance[priority.index()]) {
-            Ok(_) => {
-                report::rate_admitted(self.report.labels());
-                Ok(())
-            }
-            Err(ahead) => Err(self.refuse(priority, ahead)),
-        }
+        self.schedule
+            .try_take(&self.tat, self.clock.now(), priority, &self.report)
     }
 
     /// Admits a call of `priority`, waiting for its place in the schedule
@@ -321,33 +295,12 @@ impl RateLimit {
     /// once, as [`try_acquire`](Self::try_acquire) does. Sheddable calls
     /// never wait.
     pub async fn acquire(&self, priority: Priority) -> Result<(), Overloaded> {
-        let now = self.now();
-        let tolerance = self.tolerance[priority.index()];
-        let mut wait = if priority == Priority::Sheddable {
-            Duration::ZERO
-        } else {
-            self.max_wait
-        };
-        if let Some(left) = crate::deadline::remaining() {
-            wait = wait.min(left);
-        }
-        match self.take(now, tolerance.saturating_add(duration_nanos(wait))) {
-            Ok(start) if start <= now.saturating_add(tolerance) => {
-                report::rate_admitted(self.report.labels());
-                Ok(())
-            }
-            Ok(start) => {
-                // Admitted at `start − tolerance`: the first instant the
-                // call conforms.
-                let at = start - tolerance;
-                let waited = Duration::from_nanos(at - now);
-                crate::clock::sleep_until(self.origin + Duration::from_nanos(at)).await;
-                report::rate_admitted(self.report.labels());
-                report::rate_waited(self.report.labels(), waited);
-                Ok(())
-            }
-            Err(ahead) => Err(self.refuse(priority, ahead)),
-        }
+        let now = self.clock.now();
+        let place = self
+            .schedule
+            .place(&self.tat, now, priority, self.max_wait, &self.report)?;
+        self.clock.wait(now, place, &self.report).await;
+        Ok(())
     }
 
     /// How many calls of `priority` would be admitted now, one after the
@@ -355,8 +308,152 @@ impl RateLimit {
     /// share of the burst is free): what the server's `RateLimit` field
     /// says.
     pub fn remaining(&self, priority: Priority) -> (u32, Duration) {
-        let now = self.now();
-        let ahead = self.tat.load(Ordering::Relaxed).saturating_sub(now);
+        self.schedule
+            .remaining(self.tat.load(Ordering::Relaxed), self.clock.now(), priority)
+    }
+}
+
+/// Refuses a burst of 0, naming the limit.
+pub(super) fn check_burst(name: &str, burst: u32) -> Result<(), ConfigError> {
+    if burst == 0 {
+        return Err(ConfigError::new(
+            format!("rate limit `{name}`"),
+            "burst",
+            burst,
+            "a burst of 0 would refuse every call; use at least 1 (one call at a time, spaced by the rate)",
+        ));
+    }
+    Ok(())
+}
+
+/// The limit's clock: tokio's, so that its paused clock drives the limit
+/// in tests, read as nanoseconds after an origin.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Clock {
+    origin: Instant,
+}
+
+impl Clock {
+    pub(super) fn new() -> Self {
+        Self {
+            origin: Instant::now(),
+        }
+    }
+
+    /// Nanoseconds since the origin.
+    #[inline]
+    pub(super) fn now(&self) -> u64 {
+        duration_nanos(Instant::now().saturating_duration_since(self.origin))
+    }
+
+    /// Sleeps from `now` until `at` (both after the origin), if that is
+    /// later, and reports the wait.
+    pub(super) async fn wait(&self, now: u64, at: u64, report: &Report) {
+        report::rate_admitted(report.labels());
+        if at > now {
+            crate::clock::sleep_until(self.origin + Duration::from_nanos(at)).await;
+            report::rate_waited(report.labels(), Duration::from_nanos(at - now));
+        }
+    }
+}
+
+/// The GCRA of one rate and burst: the emission interval `T` and, for each
+/// priority, how far ahead of now the arrival time may be for a call to be
+/// admitted, `(share(burst) − 1) × T`. It works on any word holding an
+/// arrival time: a limit's own, or a key's.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Schedule {
+    interval: u64,
+    tolerance: [u64; 3],
+}
+
+impl Schedule {
+    pub(super) fn new(rate: Rate, burst: u32) -> Self {
+        let interval = duration_nanos(rate.interval());
+        Self {
+            interval,
+            tolerance: Priority::ALL
+                .map(|p| u64::from(p.share(burst).max(1) - 1).saturating_mul(interval)),
+        }
+    }
+
+    /// Admits a call now or refuses it, on the word `tat`.
+    #[inline]
+    pub(super) fn try_take(
+        &self,
+        tat: &AtomicU64,
+        now: u64,
+        priority: Priority,
+        report: &Report,
+    ) -> Result<(), Overloaded> {
+        let tolerance = self.tolerance[priority.index()];
+        match self.take(tat, now, tolerance) {
+            Ok(_) => {
+                report::rate_admitted(report.labels());
+                Ok(())
+            }
+            Err(ahead) => Err(refuse(report, priority, ahead - tolerance)),
+        }
+    }
+
+    /// Takes the call's place in the schedule if it is at most `max_wait`
+    /// (and the caller's deadline) beyond what `priority` admits at once:
+    /// the instant it is admitted at, after the origin; or refuses it.
+    pub(super) fn place(
+        &self,
+        tat: &AtomicU64,
+        now: u64,
+        priority: Priority,
+        max_wait: Duration,
+        report: &Report,
+    ) -> Result<u64, Overloaded> {
+        let tolerance = self.tolerance[priority.index()];
+        let mut wait = if priority == Priority::Sheddable {
+            Duration::ZERO
+        } else {
+            max_wait
+        };
+        if let Some(left) = crate::deadline::remaining() {
+            wait = wait.min(left);
+        }
+        match self.take(tat, now, tolerance.saturating_add(duration_nanos(wait))) {
+            // Admitted at `place − tolerance`: the first instant the call
+            // conforms (now, when that is past).
+            Ok(place) => Ok(place.saturating_sub(tolerance).max(now)),
+            Err(ahead) => Err(refuse(report, priority, ahead - tolerance)),
+        }
+    }
+
+    /// Takes the next place in the schedule if it is at most `allowance`
+    /// ahead of `now`: `Ok(place)`, the arrival time the call was given,
+    /// or `Err(how far ahead)` the next place is, beyond the allowance.
+    #[inline]
+    fn take(&self, word: &AtomicU64, now: u64, allowance: u64) -> Result<u64, u64> {
+        let mut tat = word.load(Ordering::Relaxed);
+        loop {
+            // A limit that was idle starts from now: the unused past is
+            // not saved up beyond the burst.
+            let place = tat.max(now);
+            let ahead = place - now;
+            if ahead > allowance {
+                return Err(ahead);
+            }
+            // Relaxed: the word publishes nothing but itself.
+            match word.compare_exchange_weak(
+                tat,
+                place + self.interval,
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => return Ok(place),
+                Err(current) => tat = current,
+            }
+        }
+    }
+
+    /// [`RateLimit::remaining`] for the arrival time `tat`.
+    pub(super) fn remaining(&self, tat: u64, now: u64, priority: Priority) -> (u32, Duration) {
+        let ahead = tat.saturating_sub(now);
         let tolerance = self.tolerance[priority.index()];
         if ahead > tolerance {
             return (0, Duration::from_nanos(ahead - tolerance));
@@ -370,48 +467,15 @@ impl RateLimit {
         };
         (left, next)
     }
+}
 
-    /// Nanoseconds since the origin.
-    #[inline]
-    fn now(&self) -> u64 {
-        duration_nanos(Instant::now().saturating_duration_since(self.origin))
-    }
-
-    /// Takes the next place in the schedule if it is at most `allowance`
-    /// ahead of `now`: `Ok(place)`, the arrival time the call was given,
-    /// or `Err(how far ahead)` the next place is, beyond the allowance.
-    #[inline]
-    fn take(&self, now: u64, allowance: u64) -> Result<u64, u64> {
-        let mut tat = self.tat.load(Ordering::Relaxed);
-        loop {
-            // A limit that was idle starts from now: the unused past is
-            // not saved up beyond the burst.
-            let place = tat.max(now);
-            let ahead = place - now;
-            if ahead > allowance {
-                return Err(ahead);
-            }
-            // Relaxed: the word publishes nothing but itself.
-            match self.tat.compare_exchange_weak(
-                tat,
-                place + self.interval,
-                Ordering::Relaxed,
-                Ordering::Relaxed,
-            ) {
-                Ok(_) => return Ok(place),
-                Err(current) => tat = current,
-            }
-        }
-    }
-
-    /// A refused call, `ahead` nanoseconds before it would have been
-    /// admitted (the next place minus the tolerance of its priority).
-    #[cold]
-    fn refuse(&self, priority: Priority, ahead: u64) -> Overloaded {
-        let tolerance = self.tolerance[priority.index()];
-        let retry_after = Duration::from_nanos(ahead - tolerance);
-        self.report.shed(priority, 0).with_retry_after(retry_after)
-    }
+/// A refused call, `retry_after` nanoseconds before a call of its
+/// priority would be admitted.
+#[cold]
+fn refuse(report: &Report, priority: Priority, retry_after: u64) -> Overloaded {
+    report
+        .shed(priority, 0)
+        .with_retry_after(Duration::from_nanos(retry_after))
 }
 
 #[cfg(test)]
