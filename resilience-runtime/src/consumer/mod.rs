@@ -67,15 +67,15 @@
 //! rebalance", and after the retries, `PoisonQueue` → DLQ. What each
 //! rule becomes:
 //!
-//! | the guide's rule (Kafka) | NATS JetStream | RabbitMQ |
-//! |---|---|---|
-//! | the ack deadline: `max.poll.interval.ms`, past which the consumer leaves the group and its partitions go to another | the JetStream consumer's `ack_wait` (30 s by default), past which the server redelivers the message to any puller; `JetStream::subscribe` reads it and refuses a chain that can outlast it | the broker's `consumer_timeout` (30 min by default) or the queue's `x-consumer-timeout`, past which the broker closes the channel and requeues every message on it |
-//! | give [`ConsumerConfig::new`] that deadline | `ack_wait` | `consumer_timeout` |
-//! | partition blocking: one message retried holds back those behind it | with `max_ack_pending = 1` (strict order), the whole consumer waits, as a partition does; above 1, the other pullers go on and only this puller waits (the adapter pulls one message at a time, so none waits in its buffer while its `ack_wait` runs) | the adapter's prefetch of one: this consumer waits, the other consumers of the queue go on; order across consumers is not kept |
-//! | redelivery after a crash | after `ack_wait` (a closed connection hands nothing back), delivery count + 1 | at once when the channel closes, `redelivered` set |
-//! | `MaxRetries` then `PoisonQueue` → DLQ | the chain runs inside one delivery; the letter is published to a dead-letter subject a stream captures, the publish acknowledged, then the original acked. Keep `max_deliver` unlimited (`-1`) or well above the requeues you expect: past it the server drops the message with only an advisory, no dead letter | the chain runs inside one delivery; the letter is published with publisher confirms to a dead-letter route, then the original acked. The broker's own `x-dead-letter-exchange` cannot carry the error and is not used |
-//! | Kafka's `<topic>.dlq` | a dead-letter stream (`ORDERS_DLQ` on `orders.dlq`) | a dead-letter queue (`orders.dlq`) |
-//! | the deduplicator's key | `Nats-Msg-Id`, else the stream sequence with its store time | the AMQP `message-id` |
+//! | the guide's rule (Kafka) | NATS JetStream | RabbitMQ | Kafka (`kafka`) |
+//! |---|---|---|---|
+//! | the ack deadline: `max.poll.interval.ms`, past which the consumer leaves the group and its partitions go to another | the JetStream consumer's `ack_wait` (30 s by default), past which the server redelivers the message to any puller; `JetStream::subscribe` reads it and refuses a chain that can outlast it | the broker's `consumer_timeout` (30 min by default) or the queue's `x-consumer-timeout`, past which the broker closes the channel and requeues every message on it | `max.poll.interval.ms` itself (300 s by default): `Kafka::subscribe` reads it from the consumer's settings and refuses a chain that can outlast it |
+//! | give [`ConsumerConfig::new`] that deadline | `ack_wait` | `consumer_timeout` | `max.poll.interval.ms` (`kafka::max_poll_interval` reads it) |
+//! | partition blocking: one message retried holds back those behind it | with `max_ack_pending = 1` (strict order), the whole consumer waits, as a partition does; above 1, the other pullers go on and only this puller waits (the adapter pulls one message at a time, so none waits in its buffer while its `ack_wait` runs) | the adapter's prefetch of one: this consumer waits, the other consumers of the queue go on; order across consumers is not kept | as the guide says: the member handles one message at a time and the rest of its partition waits; with retry topics a transient failure leaves the partition, which goes on |
+//! | redelivery after a crash | after `ack_wait` (a closed connection hands nothing back), delivery count + 1 | at once when the channel closes, `redelivered` set | once the group coordinator gives up on the member (`session.timeout.ms`), from the partition's last committed offset, to the member that takes it over (offsets stored but not yet committed come again too) |
+//! | `MaxRetries` then `PoisonQueue` → DLQ | the chain runs inside one delivery; the letter is published to a dead-letter subject a stream captures, the publish acknowledged, then the original acked. Keep `max_deliver` unlimited (`-1`) or well above the requeues you expect: past it the server drops the message with only an advisory, no dead letter | the chain runs inside one delivery; the letter is published with publisher confirms to a dead-letter route, then the original acked. The broker's own `x-dead-letter-exchange` cannot carry the error and is not used | the chain runs in place (or through retry topics); the letter is produced to the dead-letter topic, its delivery report awaited, then the original's offset stored |
+//! | Kafka's `<topic>.dlq` | a dead-letter stream (`ORDERS_DLQ` on `orders.dlq`) | a dead-letter queue (`orders.dlq`) | `<topic>.dlq`, or one topic of your choice |
+//! | the deduplicator's key | `Nats-Msg-Id`, else the stream sequence with its store time | the AMQP `message-id` | the `message-id` header, else `<topic>/<partition>/<offset>` |
 //!
 //! # Metrics
 //!
@@ -83,7 +83,7 @@
 //! consumer's [`Labels`](crate::telemetry::Labels)):
 //!
 //! | metric | kind | labels |
-//! |---|---|---|
+//! |---|---|---|---|
 //! | `http_client_retries_total` | counter, one sample per attempt of the handler ([`RetryMetrics`](crate::telemetry::RetryMetrics)) | `service`, `target`, `attempt`, `result` |
 //! | `dependency_errors_total` | counter, failed attempts that are the dependency's fault | `service`, `target`, `reason` |
 //! | [`consumer_dead_letters_total`](DEAD_LETTERS_TOTAL) | counter, messages handed to the dead-letter sink | `service`, `target`, `reason` ∈ `permanent`, `exhausted`, `elapsed`, `deadline` |
