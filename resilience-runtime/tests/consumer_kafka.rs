@@ -905,3 +905,36 @@ async fn retry_topics_let_the_partition_go_on_and_dead_letter_after_the_last() {
     assert_eq!(header("x-resilience-offset").as_deref(), Some("3"));
     assert_eq!(committed, [Some(4)]);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a Kafka-protocol broker on 127.0.0.1:9092; run with --ignored"]
+async fn without_auto_commit_each_settled_message_is_committed_by_the_adapter() {
+    // `enable.auto.commit = false`: librdkafka commits nothing by itself,
+    // so the adapter commits the stored offsets after every message.
+    let topics = Topics::create(1).await;
+    topics.produce("m-1", "ok-1").await;
+    topics.produce("m-2", "ok-2").await;
+    let script = Script::default();
+    let config = short_background();
+    let consumer = Consumer::new(config, script.handler());
+    let mut settings = member_settings(&topics.group);
+    settings.set("enable.auto.commit", "false");
+    let mut broker = Kafka::subscribe(&settings, &[&topics.work], producer(), &config).unwrap();
+
+    let dispositions = process(&consumer, &mut broker, 2).await;
+    // Read before `commit` or close: what the broker holds was committed by the
+    // adapter (asynchronously: give it a moment).
+    let mut committed = Vec::new();
+    for _ in 0..50 {
+        committed = topics.committed(1);
+        if committed == [Some(2)] {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    drop(broker);
+    topics.delete().await;
+
+    assert_eq!(kinds(&dispositions), ["processed after 1"; 2]);
+    assert_eq!(committed, [Some(2)]);
+}
