@@ -37,6 +37,13 @@
 //! | [`Toxic::ResetAfterResponseTo`] | everything up to the request holding its bytes, then `ConnectionReset` instead of that request's answer | every request, that one answered (a `COMMIT` applied) |
 //! | [`Toxic::CloseMidBody`] | `after_bytes` of the response, then EOF | the request, answered |
 //!
+//! # HTTP faults
+//!
+//! [`HttpProxy`] reads HTTP/1.1 requests: it answers chosen ones itself
+//! (S3's `503 SlowDown`, any [`HttpReply`]) and forwards the others,
+//! counting the requests the real server saw. Chain it with a [`Proxy`]
+//! for resets and latency.
+//!
 //! # Choice per connection
 //!
 //! Each accepted connection is given its toxics once, from the current
@@ -74,10 +81,12 @@
 mod conn;
 mod error;
 mod faults;
+mod http;
 mod proxy;
 mod toxic;
 
 pub use error::Error;
 pub use faults::Faults;
+pub use http::{HttpBuilder, HttpProxy, HttpReply};
 pub use proxy::{Builder, Proxy};
 pub use toxic::{DEFAULT_QUIET, DEFAULT_RESPONSE_WAIT, RESPONSE_CAP, Toxic, Toxics};

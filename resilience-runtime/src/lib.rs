@@ -21,6 +21,8 @@
 //! - `http` (feature `reqwest`): the reqwest integration;
 //! - `tower` (feature `tower`): a tower `Layer` applying a policy and a
 //!   breaker to any HTTP client `Service` with a cloneable body (hyper);
+//! - `aws` (feature `aws`): the AWS SDK's errors classified, and a retry
+//!   policy run as an SDK client's retry;
 //! - `db` (feature `sqlx-postgres`): PostgreSQL transactions retried as a
 //!   whole on serialization failures and deadlocks.
 //!
@@ -39,7 +41,7 @@
 //! | layer | modules |
 //! |---|---|
 //! | 6 call sites: what the attributes' expansion calls, above every module it drives | `callsite` |
-//! | 5 integrations: drive the rest for one kind of client or server | `consumer`, `db`, `fallback`, `http`, `http_rules`, `idempotency`, `tower` |
+//! | 5 integrations: drive the rest for one kind of client or server | `aws`, `consumer`, `db`, `fallback`, `http`, `http_rules`, `idempotency`, `tower` |
 //! | 4 configuration: named breakers, policies and limiters, built from code and files | `registry` |
 //! | 3 mechanisms that report through telemetry | `breaker`, `limit` |
 //! | 2 observation of calls: metrics, spans, events | `telemetry` |
@@ -62,6 +64,8 @@
 #![deny(unsafe_code)]
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 
+#[cfg(feature = "aws")]
+pub mod aws;
 pub mod breaker;
 #[doc(hidden)]
 pub mod callsite;
