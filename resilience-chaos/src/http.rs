@@ -131,6 +131,7 @@ impl Rules {
 struct Shared {
     upstream: SocketAddr,
     rules: Mutex<Rules>,
+    received: AtomicU64,
     forwarded: AtomicU64,
     answered: AtomicU64,
     tasks: Mutex<JoinSet<()>>,
@@ -239,6 +240,7 @@ impl HttpBuilder {
                 ratio: self.ratio,
                 rng: StdRng::seed_from_u64(self.seed),
             }),
+            received: AtomicU64::new(0),
             forwarded: AtomicU64::new(0),
             answered: AtomicU64::new(0),
             tasks: Mutex::new(JoinSet::new()),
@@ -282,6 +284,11 @@ impl HttpProxy {
         rules.ratio = None;
     }
 
+    /// The requests the front read whole: every request the client sent.
+    pub fn received(&self) -> u64 {
+        self.shared.received.load(Ordering::SeqCst)
+    }
+
     /// The requests forwarded to the server whole: what it saw.
     pub fn forwarded(&self) -> u64 {
         self.shared.forwarded.load(Ordering::SeqCst)
@@ -305,6 +312,7 @@ impl fmt::Debug for HttpProxy {
         f.debug_struct("HttpProxy")
             .field("addr", &self.addr)
             .field("upstream", &self.shared.upstream)
+            .field("received", &self.received())
             .field("forwarded", &self.forwarded())
             .field("answered", &self.answered())
             .finish()
@@ -344,6 +352,7 @@ async fn serve(client: TcpStream, shared: Arc<Shared>) {
             Ok(Some(request)) => request,
             Ok(None) | Err(_) => break,
         };
+        shared.received.fetch_add(1, Ordering::SeqCst);
         let reply = shared
             .rules
             .lock()

@@ -8,6 +8,7 @@ use aws_smithy_runtime_api::client::result::SdkError;
 use aws_smithy_types::error::metadata::ProvideErrorMetadata;
 use aws_smithy_types::retry::ErrorKind;
 
+use crate::error::Error;
 use crate::retry::{Classify, Reason, Verdict};
 
 /// The AWS error codes the SDK retries as throttling (`SlowDown`,
@@ -41,6 +42,7 @@ pub const TRANSIENT_STATUS_CODES: &[u16] = &[500, 502, 503, 504];
 /// | a dispatch failure the connector cannot judge | [`Verdict::Fatal`] | failure |
 /// | a response that could not be read (`SdkError::ResponseError`) | [`Verdict::Transient`] | failure |
 /// | a request that could not be built (`SdkError::ConstructionFailure`), and a dispatch failure the caller's own request caused (`is_user`) | [`Verdict::Ignored`]: never retried, and nothing sent, so nothing said about S3's health | ignored |
+/// | the runtime's own error carried as an `SdkError` (see [`runtime_error`]) | that error's verdict: an open breaker ignored, a deadline that passed during the call a failure | |
 ///
 /// ```
 /// use aws_sdk_s3::operation::get_object::GetObjectError;
@@ -56,10 +58,15 @@ pub const TRANSIENT_STATUS_CODES: &[u16] = &[500, 502, 503, 504];
 /// );
 /// assert_eq!(slow_down.classify(), Verdict::Transient);
 /// ```
-impl<E: ProvideErrorMetadata> Classify for SdkError<E, HttpResponse> {
+impl<E> Classify for SdkError<E, HttpResponse>
+where
+    E: ProvideErrorMetadata + std::error::Error + 'static,
+{
     fn classify(&self) -> Verdict {
         match self {
-            SdkError::ConstructionFailure(_) => Verdict::Ignored,
+            SdkError::ConstructionFailure(_) => {
+                runtime_error(self).map_or(Verdict::Ignored, Error::classify)
+            }
             SdkError::TimeoutError(_) | SdkError::ResponseError(_) => Verdict::Transient,
             SdkError::DispatchFailure(failure) => {
                 if failure.is_io() || failure.is_timeout() {
@@ -85,7 +92,7 @@ impl<E: ProvideErrorMetadata> Classify for SdkError<E, HttpResponse> {
 
     fn reason(&self) -> Option<Reason> {
         match self {
-            SdkError::ConstructionFailure(_) => None,
+            SdkError::ConstructionFailure(_) => runtime_error(self).and_then(Error::reason),
             SdkError::TimeoutError(_) => Some(Reason::Timeout),
             SdkError::DispatchFailure(failure) if failure.is_timeout() => Some(Reason::Timeout),
             SdkError::DispatchFailure(failure) if failure.is_user() => None,
@@ -101,6 +108,43 @@ impl<E: ProvideErrorMetadata> Classify for SdkError<E, HttpResponse> {
             }
             _ => Some(Reason::Network),
         }
+    }
+}
+
+/// The runtime's own errors (an open breaker, a deadline that passed, an
+/// attempt timeout of a `#[retry]` around the call) as the SDK's error
+/// type, so that a protected fn can return `SdkError` as it is: an
+/// `SdkError::ConstructionFailure` whose source is the [`Error`], which
+/// [`runtime_error`] gives back.
+impl<E, R> From<Error> for SdkError<E, R> {
+    fn from(error: Error) -> Self {
+        SdkError::construction_failure(error)
+    }
+}
+
+/// The runtime's [`Error`] an `SdkError` carries (an open breaker's
+/// "dependency down", a passed deadline), if it is one.
+///
+/// ```
+/// use aws_smithy_runtime_api::client::orchestrator::HttpResponse;
+/// use aws_smithy_runtime_api::client::result::SdkError;
+/// use aws_smithy_types::error::ErrorMetadata;
+/// use resilience::aws::runtime_error;
+/// use resilience::Error;
+///
+/// let err: SdkError<ErrorMetadata, HttpResponse> = Error::deadline_exceeded(1).into();
+/// assert!(matches!(runtime_error(&err), Some(Error::DeadlineExceeded { .. })));
+/// ```
+pub fn runtime_error<E, R>(error: &SdkError<E, R>) -> Option<&Error>
+where
+    E: std::error::Error + 'static,
+    R: std::fmt::Debug,
+{
+    match error {
+        SdkError::ConstructionFailure(_) => {
+            std::error::Error::source(error)?.downcast_ref::<Error>()
+        }
+        _ => None,
     }
 }
 

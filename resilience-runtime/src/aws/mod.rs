@@ -17,5 +17,5 @@
 mod classify;
 mod retry;
 
-pub use classify::{THROTTLING_ERRORS, TRANSIENT_ERRORS, TRANSIENT_STATUS_CODES};
+pub use classify::{THROTTLING_ERRORS, TRANSIENT_ERRORS, TRANSIENT_STATUS_CODES, runtime_error};
 pub use retry::AwsRetry;
