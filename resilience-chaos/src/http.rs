@@ -114,11 +114,11 @@ struct Rules {
 
 impl Rules {
     fn reply_for_next(&mut self) -> Option<HttpReply> {
-        if let Some((left, reply)) = &mut self.first {
-            if *left > 0 {
-                *left -= 1;
-                return Some(reply.clone());
-            }
+        if let Some((left, reply)) = &mut self.first
+            && *left > 0
+        {
+            *left -= 1;
+            return Some(reply.clone());
         }
         match &self.ratio {
             Some((p, reply)) if self.rng.random_bool(*p) => Some(reply.clone()),
@@ -214,13 +214,13 @@ impl HttpBuilder {
         if tokio::runtime::Handle::try_current().is_err() {
             return Err(Error::NoRuntime);
         }
-        if let Some((p, _)) = &self.ratio {
-            if !(0.0..=1.0).contains(p) {
-                return Err(Error::Probability {
-                    toxic: "http_reply",
-                    value: *p,
-                });
-            }
+        if let Some((p, _)) = &self.ratio
+            && !(0.0..=1.0).contains(p)
+        {
+            return Err(Error::Probability {
+                toxic: "http_reply",
+                value: *p,
+            });
         }
         let local = SocketAddr::from((Ipv4Addr::LOCALHOST, 0));
         let listener = TcpListener::bind(local)
