@@ -23,6 +23,8 @@
 //!   breaker to any HTTP client `Service` with a cloneable body (hyper);
 //! - `aws` (feature `aws`): the AWS SDK's errors classified, and a retry
 //!   policy run as an SDK client's retry;
+//! - `redis_commands` (feature `redis-commands`): Redis errors classified,
+//!   and commands retried only when repeating them is safe;
 //! - `db` (feature `sqlx-postgres`): PostgreSQL transactions retried as a
 //!   whole on serialization failures and deadlocks.
 //!
@@ -41,7 +43,7 @@
 //! | layer | modules |
 //! |---|---|
 //! | 6 call sites: what the attributes' expansion calls, above every module it drives | `callsite` |
-//! | 5 integrations: drive the rest for one kind of client or server | `aws`, `consumer`, `db`, `fallback`, `http`, `http_rules`, `idempotency`, `tower` |
+//! | 5 integrations: drive the rest for one kind of client or server | `aws`, `consumer`, `db`, `fallback`, `http`, `http_rules`, `idempotency`, `redis_commands`, `tower` |
 //! | 4 configuration: named breakers, policies and limiters, built from code and files | `registry` |
 //! | 3 mechanisms that report through telemetry | `breaker`, `limit` |
 //! | 2 observation of calls: metrics, spans, events | `telemetry` |
@@ -86,6 +88,8 @@ pub mod guide {}
 pub mod clients_that_retry {}
 pub mod idempotency;
 pub mod limit;
+#[cfg(feature = "redis-commands")]
+pub mod redis_commands;
 #[cfg(any(
     feature = "idempotency-redis",
     feature = "breaker-redis",

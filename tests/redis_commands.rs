@@ -1,0 +1,291 @@
+//! Redis commands through the `redis` crate under a retry policy, against
+//! a real `redis-server` of the test's own (on a free port, killed by its
+//! PID), through the project's fault proxy.
+//!
+//! Not part of the default `cargo test`; run with
+//!
+//! ```text
+//! cargo test --all-features --test redis_commands -- --ignored --test-threads 1
+//! ```
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::process::{Child, Command as Process, Stdio};
+use std::time::{Duration, Instant};
+
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use resilience::chaos::{Proxy, Toxic};
+use resilience::redis_commands::{Command, CommandError};
+use resilience::{Classify, Policy, Verdict};
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port()
+}
+
+/// A `redis-server` of the test's own, without persistence; killed by its
+/// PID on drop.
+struct RedisChild {
+    port: u16,
+    child: Child,
+}
+
+impl RedisChild {
+    fn start(extra: &[&str]) -> Self {
+        let port = free_port();
+        let child = Process::new("redis-server")
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
+            .args(extra)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("redis-server must be installed (apt-get install redis-server)");
+        let redis = Self { port, child };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while redis.raw(&["PING"]).as_deref() != Some("+PONG") {
+            assert!(
+                Instant::now() < deadline,
+                "redis-server on {port} did not answer"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        redis
+    }
+
+    fn addr(&self) -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], self.port))
+    }
+
+    /// One command on a fresh connection, straight to the server (not
+    /// through the proxy): the first line of its answer.
+    fn raw(&self, args: &[&str]) -> Option<String> {
+        let mut stream =
+            TcpStream::connect_timeout(&self.addr(), Duration::from_millis(200)).ok()?;
+        stream.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+        let mut request = format!("*{}\r\n", args.len());
+        for arg in args {
+            request.push_str(&format!("${}\r\n{arg}\r\n", arg.len()));
+        }
+        stream.write_all(request.as_bytes()).ok()?;
+        let mut reply = Vec::new();
+        let mut buf = [0; 4096];
+        loop {
+            let n = stream.read(&mut buf).ok()?;
+            reply.extend_from_slice(&buf[..n]);
+            if n == 0 || reply.ends_with(b"\r\n") {
+                break;
+            }
+        }
+        let text = String::from_utf8_lossy(&reply).into_owned();
+        Some(text.lines().next().unwrap_or_default().to_owned())
+    }
+
+    /// The whole `INFO commandstats` answer.
+    fn commandstats(&self) -> String {
+        let mut stream = TcpStream::connect(self.addr()).unwrap();
+        stream
+            .set_read_timeout(Some(Duration::from_millis(300)))
+            .unwrap();
+        stream
+            .write_all(b"*2\r\n$4\r\nINFO\r\n$12\r\ncommandstats\r\n")
+            .unwrap();
+        let mut reply = Vec::new();
+        let mut buf = [0; 4096];
+        while let Ok(n) = stream.read(&mut buf) {
+            if n == 0 {
+                break;
+            }
+            reply.extend_from_slice(&buf[..n]);
+        }
+        String::from_utf8_lossy(&reply).into_owned()
+    }
+
+    /// How many times `command` (lower case) reached the server: the runs
+    /// (failed ones included) and the refusals (`rejected_calls`, such as
+    /// `READONLY`).
+    fn calls(&self, command: &str) -> u64 {
+        let stats = self.commandstats();
+        let Some(line) = stats
+            .lines()
+            .find_map(|line| line.strip_prefix(&format!("cmdstat_{command}:")))
+        else {
+            return 0;
+        };
+        line.split(',')
+            .filter_map(|field| field.split_once('='))
+            .filter(|(name, _)| matches!(*name, "calls" | "rejected_calls"))
+            .filter_map(|(_, n)| n.trim().parse::<u64>().ok())
+            .sum()
+    }
+
+    /// The integer at `key` (`INCRBY key 0` answers `:n`).
+    fn integer(&self, key: &str) -> i64 {
+        self.raw(&["INCRBY", key, "0"])
+            .and_then(|line| line.strip_prefix(':').map(str::to_owned))
+            .and_then(|n| n.parse().ok())
+            .unwrap()
+    }
+}
+
+impl Drop for RedisChild {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A connection manager bounded to fit in one attempt of the policy, as
+/// `clients_that_retry` advises.
+async fn manager(addr: SocketAddr) -> ConnectionManager {
+    let config = ConnectionManagerConfig::new()
+        .set_number_of_retries(1)
+        .set_max_delay(Duration::from_millis(50))
+        .set_connection_timeout(Some(Duration::from_millis(500)))
+        .set_response_timeout(Some(Duration::from_millis(500)));
+    let client = redis::Client::open(format!("redis://{addr}/")).unwrap();
+    ConnectionManager::new_with_config(client, config)
+        .await
+        .unwrap()
+}
+
+fn policy() -> Policy {
+    Policy::builder()
+        .with_max_attempts(4)
+        .with_initial(Duration::from_millis(50))
+        .build()
+        .unwrap()
+}
+
+// The guide: every transport error is retried (SPEC §2, network), and a
+// GET is safe to repeat (SPEC §3). The connection is reset after Redis
+// answered the GET; the retry runs on a new connection and succeeds.
+#[tokio::test(flavor = "current_thread")]
+#[ignore = "starts its own redis-server"]
+async fn a_get_is_retried_over_a_reset() {
+    let redis = RedisChild::start(&[]);
+    redis.raw(&["SET", "user:1:name", "ann"]).unwrap();
+    let proxy = Proxy::builder(redis.addr())
+        .toxic(Toxic::reset_after_response_to(b"user:1:name"), 1.0)
+        .start()
+        .await
+        .unwrap();
+    let conn = manager(proxy.addr()).await;
+    proxy.heal(); // the reconnection is clean
+    let name: Option<String> = Command::new(redis::cmd("GET").arg("user:1:name"))
+        .query(&policy(), &conn)
+        .await
+        .expect("retried over the reset");
+    assert_eq!(name.as_deref(), Some("ann"));
+    assert_eq!(
+        redis.calls("get"),
+        2,
+        "the GET the reset answer was lost for, and its retry"
+    );
+}
+
+// The guide's idempotency rule (SPEC §3: never applied twice) on a Redis
+// command: Redis applied the INCR, the answer was lost to a reset. Not
+// idempotent, so not retried: the counter is 1, and the caller gets a
+// failure rather than a second increment.
+#[tokio::test(flavor = "current_thread")]
+#[ignore = "starts its own redis-server"]
+async fn an_incr_whose_answer_was_lost_is_not_applied_twice() {
+    let redis = RedisChild::start(&[]);
+    let proxy = Proxy::builder(redis.addr())
+        .toxic(Toxic::reset_after_response_to(b"page:1:views"), 1.0)
+        .start()
+        .await
+        .unwrap();
+    let conn = manager(proxy.addr()).await;
+    proxy.heal();
+    let incr = redis::cmd("INCR").arg("page:1:views").clone();
+    let command = Command::new(&incr);
+    assert!(!command.is_idempotent());
+    let err = command.query::<i64, _>(&policy(), &conn).await.unwrap_err();
+    assert!(
+        matches!(err, CommandError::Redis(ref e) if e.is_connection_dropped()),
+        "{err:?}"
+    );
+    assert_eq!(command.verdict(&err), Verdict::Fatal);
+    assert_eq!(err.outcome(), resilience::Outcome::Failure);
+    assert_eq!(redis.integer("page:1:views"), 1, "applied once");
+    assert_eq!(redis.calls("incr"), 1, "sent once");
+
+    // Declared safe by the caller: retried, and so applied twice, which is
+    // what declaring it accepts.
+    let proxy = Proxy::builder(redis.addr())
+        .toxic(Toxic::reset_after_response_to(b"page:2:views"), 1.0)
+        .start()
+        .await
+        .unwrap();
+    let conn = manager(proxy.addr()).await;
+    proxy.heal();
+    let incr = redis::cmd("INCR").arg("page:2:views").clone();
+    let views: i64 = Command::new(&incr)
+        .idempotent()
+        .query(&policy(), &conn)
+        .await
+        .unwrap();
+    assert_eq!(views, 2);
+}
+
+// READONLY: the server refused the write (a replica, as right after a
+// failover), so nothing was applied and even an INCR may be retried; the
+// replica is promoted during the pause, and the retry lands once.
+#[tokio::test(flavor = "current_thread")]
+#[ignore = "starts its own redis-server"]
+async fn readonly_is_retried_and_an_incr_lands_once_after_the_failover() {
+    let primary = RedisChild::start(&[]);
+    let replica_of = format!("127.0.0.1 {}", primary.port);
+    let replica = RedisChild::start(&["--replicaof", &replica_of]);
+    let conn = manager(replica.addr()).await;
+    let promote = {
+        let port = replica.port;
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(30)).await;
+            tokio::task::spawn_blocking(move || {
+                let mut stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
+                stream
+                    .write_all(b"*3\r\n$9\r\nREPLICAOF\r\n$2\r\nNO\r\n$3\r\nONE\r\n")
+                    .unwrap();
+                let mut buf = [0; 64];
+                let _ = stream.read(&mut buf);
+            })
+            .await
+            .unwrap();
+        })
+    };
+    let incr = redis::cmd("INCR").arg("orders:count").clone();
+    let count: i64 = Command::new(&incr)
+        .query(&policy(), &conn)
+        .await
+        .expect("retried after READONLY");
+    promote.await.unwrap();
+    assert_eq!(count, 1);
+    assert_eq!(replica.integer("orders:count"), 1);
+    assert!(
+        replica.calls("incr") >= 2,
+        "refused at least once, then applied once"
+    );
+}
+
+// WRONGTYPE is Redis's answer about the data, not a failure: not retried,
+// and the dependency counts as up (SPEC §2: permanent errors).
+#[tokio::test(flavor = "current_thread")]
+#[ignore = "starts its own redis-server"]
+async fn wrongtype_is_not_retried() {
+    let redis = RedisChild::start(&[]);
+    redis.raw(&["LPUSH", "cart:1", "apple"]).unwrap();
+    let conn = manager(redis.addr()).await;
+    let get = redis::cmd("GET").arg("cart:1").clone();
+    let err = Command::new(&get)
+        .query::<Option<String>, _>(&policy(), &conn)
+        .await
+        .unwrap_err();
+    assert_eq!(err.classify(), Verdict::Permanent);
+    assert_eq!(err.outcome(), resilience::Outcome::Success);
+    assert_eq!(redis.calls("get"), 1, "one attempt");
+}
