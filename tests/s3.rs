@@ -23,7 +23,6 @@ use aws_sdk_s3::primitives::ByteStream;
 use metrics_exporter_prometheus::{PrometheusHandle, PrometheusRecorder};
 use resilience::aws::{AwsRetry, runtime_error};
 use resilience::chaos::{HttpProxy, HttpReply, Proxy, Toxic};
-use resilience::retry::{Budget, BudgetConfig};
 use resilience::telemetry::Labels;
 use resilience::{BreakerConfig, CircuitBreaker, Error, Policy, deadline};
 
@@ -518,7 +517,6 @@ async fn figures_requests_per_call_under_injected_throttling() {
             ("the SDK's default loop (standard, 3 attempts)", 1),
             ("ours around the SDK's loop (the mistake)", 2),
             ("ours around `AwsRetry` (the mistake, caught)", 3),
-            ("ours, as the SDK's retry, with a retry `Budget` (defaults: 20 % + 10/s)", 4),
         ] {
             let front = HttpProxy::builder(server.addr)
                 .answer_ratio(ratio, HttpReply::s3_slow_down())
@@ -526,18 +524,13 @@ async fn figures_requests_per_call_under_injected_throttling() {
                 .start()
                 .await
                 .unwrap();
-            let policy = if kind == 4 {
-                let budget: &'static Budget = Box::leak(Box::new(BudgetConfig::new().build().unwrap()));
-                fast(3).with_budget(budget)
-            } else {
-                fast(3)
-            };
+            let policy = fast(3);
             let retry = AwsRetry::with_labels(Labels::new("figures", "s3"), policy);
             let ours = policy_client(front.addr(), &retry);
             let sdk = sdk_fast(front.addr(), format!("figures-{ratio}-{kind}"));
             let outer = fast(3);
             let row = run_row(&front, calls, || {
-                let (ours, sdk, outer) = (ours.clone(), sdk.clone(), outer.clone());
+                let (ours, sdk) = (ours.clone(), sdk.clone());
                 async move {
                     match kind {
                         0 => ours

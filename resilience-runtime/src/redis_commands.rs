@@ -301,8 +301,7 @@ impl<'a> Command<'a> {
         T: FromRedisValue,
         C: redis::aio::ConnectionLike + Clone,
     {
-        policy
-            .clone()
+        (*policy)
             .retry(|| {
                 let mut connection = connection.clone();
                 async move {
