@@ -289,3 +289,121 @@ async fn wrongtype_is_not_retried() {
     assert_eq!(err.outcome(), resilience::Outcome::Success);
     assert_eq!(redis.calls("get"), 1, "one attempt");
 }
+
+// The classification the issue and the guide ask for, on the errors the
+// `redis` crate builds (its `ServerErrorKind`s, and the codes it does not
+// name, such as WRONGTYPE, as extension errors). Runs without a server.
+mod classification {
+    use redis::{ErrorKind, RedisError, ServerErrorKind, make_extension_error};
+    use resilience::redis_commands::{Command, CommandError, may_have_been_applied};
+    use resilience::{Classify, Outcome, Verdict};
+
+    fn server(kind: ServerErrorKind) -> RedisError {
+        RedisError::from((ErrorKind::Server(kind), "refused"))
+    }
+
+    fn io(kind: std::io::ErrorKind) -> RedisError {
+        RedisError::from(std::io::Error::from(kind))
+    }
+
+    #[test]
+    fn refusals_for_now_are_transient_and_not_applied() {
+        for kind in [
+            ServerErrorKind::BusyLoading,
+            ServerErrorKind::TryAgain,
+            ServerErrorKind::ClusterDown,
+            ServerErrorKind::MasterDown,
+            ServerErrorKind::ReadOnly,
+        ] {
+            let err = server(kind);
+            assert_eq!(err.classify(), Verdict::Transient, "{kind:?}");
+            assert_eq!(err.outcome(), Outcome::Failure, "{kind:?}");
+            assert!(!may_have_been_applied(&err), "{kind:?}");
+        }
+    }
+
+    #[test]
+    fn transport_errors_are_transient() {
+        for kind in [
+            std::io::ErrorKind::ConnectionRefused,
+            std::io::ErrorKind::ConnectionReset,
+            std::io::ErrorKind::ConnectionAborted,
+            std::io::ErrorKind::BrokenPipe,
+            std::io::ErrorKind::UnexpectedEof,
+            std::io::ErrorKind::TimedOut,
+        ] {
+            assert_eq!(io(kind).classify(), Verdict::Transient, "{kind:?}");
+        }
+        assert!(!may_have_been_applied(&io(
+            std::io::ErrorKind::ConnectionRefused
+        )));
+        assert!(may_have_been_applied(&io(
+            std::io::ErrorKind::ConnectionReset
+        )));
+        assert!(may_have_been_applied(&io(std::io::ErrorKind::TimedOut)));
+    }
+
+    #[test]
+    fn answers_about_the_data_or_the_caller_are_permanent() {
+        let errors = [
+            make_extension_error(
+                "WRONGTYPE".into(),
+                Some("Operation against a key holding the wrong kind of value".into()),
+            ),
+            make_extension_error("NOAUTH".into(), Some("Authentication required.".into())),
+            make_extension_error(
+                "WRONGPASS".into(),
+                Some("invalid username-password pair".into()),
+            ),
+            server(ServerErrorKind::NoScript),
+            server(ServerErrorKind::ResponseError), // ERR syntax error
+            server(ServerErrorKind::NoPerm),
+            server(ServerErrorKind::ExecAbort),
+            RedisError::from((ErrorKind::AuthenticationFailed, "auth")),
+        ];
+        for err in errors {
+            assert_eq!(err.classify(), Verdict::Permanent, "{err:?}");
+            assert_eq!(err.outcome(), Outcome::Success, "{err:?}");
+        }
+    }
+
+    #[test]
+    fn a_command_is_idempotent_by_its_name_and_options() {
+        let idempotent = |cmd: &redis::Cmd| Command::new(cmd).is_idempotent();
+        assert!(idempotent(redis::cmd("get").arg("k")));
+        assert!(idempotent(
+            redis::cmd("SET").arg("k").arg("v").arg("EX").arg(10)
+        ));
+        assert!(idempotent(redis::cmd("DEL").arg("k")));
+        assert!(!idempotent(
+            redis::cmd("SET").arg("lock").arg("me").arg("NX")
+        ));
+        assert!(!idempotent(
+            redis::cmd("ZADD").arg("z").arg("INCR").arg(1).arg("m")
+        ));
+        for name in [
+            "INCR", "INCRBY", "LPUSH", "RPUSH", "LPOP", "APPEND", "HINCRBY", "EVAL", "EVALSHA",
+            "FCALL", "XADD", "SETNX",
+        ] {
+            assert!(!idempotent(&redis::cmd(name)), "{name}");
+        }
+        let incr = redis::cmd("INCR").arg("k").clone();
+        assert!(Command::new(&incr).idempotent().is_idempotent());
+    }
+
+    #[test]
+    fn a_lost_answer_stops_a_command_that_is_not_idempotent() {
+        let incr = redis::cmd("INCR").arg("k").clone();
+        let get = redis::cmd("GET").arg("k").clone();
+        let reset = CommandError::Redis(io(std::io::ErrorKind::ConnectionReset));
+        let readonly = CommandError::Redis(server(ServerErrorKind::ReadOnly));
+        assert_eq!(Command::new(&incr).verdict(&reset), Verdict::Fatal);
+        assert_eq!(Command::new(&incr).verdict(&readonly), Verdict::Transient);
+        assert_eq!(Command::new(&get).verdict(&reset), Verdict::Transient);
+        let timeout = CommandError::Resilience(resilience::Error::AttemptTimeout(
+            std::time::Duration::from_millis(500),
+        ));
+        assert_eq!(Command::new(&incr).verdict(&timeout), Verdict::Fatal);
+        assert_eq!(Command::new(&get).verdict(&timeout), Verdict::Transient);
+    }
+}
