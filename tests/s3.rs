@@ -577,3 +577,42 @@ async fn figures_requests_per_call_under_injected_throttling() {
         }
     }
 }
+
+// The policy's retry budget applies to the SDK's retries (Finagle's
+// defaults, which the runtime's `BudgetConfig::new` takes: retries within
+// 10 s at most 20 % of the calls plus 10 a second): with S3 throttling
+// every request, 200 calls in about 2 s may retry about 140 times, not 400.
+#[tokio::test(flavor = "current_thread")]
+#[ignore = "starts its own s3s-fs (.ci/install-servers)"]
+async fn the_policys_budget_caps_the_sdks_retries() {
+    let server = S3Server::start();
+    bucket(&server, "avatars").await;
+    let front = HttpProxy::builder(server.addr)
+        .answer_ratio(1.0, HttpReply::s3_slow_down())
+        .start()
+        .await
+        .unwrap();
+    let budget: &'static resilience::retry::Budget = Box::leak(Box::new(
+        resilience::retry::BudgetConfig::new().build().unwrap(),
+    ));
+    let policy = Policy::builder()
+        .with_max_attempts(3)
+        .with_initial(Duration::from_millis(5))
+        .with_max_interval(Duration::from_millis(20))
+        .build()
+        .unwrap()
+        .with_budget(budget);
+    let retry = AwsRetry::with_labels(Labels::new("test", "s3-budget"), policy);
+    let s3 = policy_client(front.addr(), &retry);
+    let calls = 200;
+    for _ in 0..calls {
+        let _ = s3.get_object().bucket("avatars").key("ann").send().await;
+    }
+    let per_call = front.received() as f64 / f64::from(calls);
+    println!("budget: {per_call:.2} requests per call");
+    assert!(
+        per_call < 2.2,
+        "the budget cut the retries: {per_call:.2} per call"
+    );
+    assert_eq!(budget.balance(), 0, "spent");
+}
