@@ -532,7 +532,9 @@ async fn a_shutdown_already_come_pulls_nothing() {
 
 /// A retry chain inside the handler (what a `#[retry]` fn called there
 /// is) makes one attempt per attempt of the consumer's chain, and its
-/// WARN names the consumer as the chain that retries.
+/// WARN names the consumer as the chain that retries. (The event
+/// recorder is built with the metrics or the config file.)
+#[cfg(any(feature = "metrics", feature = "config-file"))]
 #[tokio::test(start_paused = true)]
 async fn a_chain_inside_the_handler_makes_one_attempt_and_names_the_consumer() {
     let warnings = crate::test_events::record(tracing::Level::WARN);
