@@ -1,4 +1,4 @@
-//! The hot path of the load limiters (issue 29): acquire + release
+//! The hot path of the load limiters: acquire + release
 //! uncontended, beside the breaker's closed path in the same run (the
 //! target: within 2× of it), and what the adaptive limit's latency sample
 //! costs (two clock reads), and the floor of any exact count of calls in

@@ -2,7 +2,7 @@
 //! against calling the runtime by hand, and a fn with both attributes whose
 //! first attempt succeeds against the bare fn. `#[circuit_breaker]` alone
 //! must stay below both attributes stacked, in time and in instructions
-//! (issue 20 reported it slower): filter on `'#\[circuit_breaker\]'` to
+//! (it once measured slower): filter on `'#\[circuit_breaker\]'` to
 //! compare the two in one run. The peer, backon, runs around the same
 //! body (`get_user_backon`).
 //!

@@ -120,6 +120,10 @@ fn recorder() -> Result<PrometheusHandle, Box<dyn std::error::Error>> {
             Matcher::Full(telemetry::REQUEST_DURATION_SECONDS.into()),
             telemetry::DURATION_BUCKETS,
         )?
+        .set_buckets_for_metric(
+            Matcher::Full(telemetry::RATE_LIMIT_WAIT_SECONDS.into()),
+            telemetry::DURATION_BUCKETS,
+        )?
         .install_recorder()?;
     telemetry::describe();
     Ok(handle)

@@ -1,4 +1,4 @@
-//! The chaos suite (issue 13) that needs no outside service: a real axum
+//! The chaos suite that needs no outside service: a real axum
 //! server and the annotated reqwest client on loopback, with the
 //! fault-injecting proxy of `resilience-chaos` between them, on real time.
 //! The figures are in `RELIABILITY.md`.

@@ -1,4 +1,4 @@
-//! The chaos suite's Redis scenarios (issue 13): exactly once through the
+//! The chaos suite's Redis scenarios: exactly once through the
 //! fault proxy with the Redis store, and the layer while its Redis is
 //! killed or hung. The figures are in `RELIABILITY.md`.
 //!

@@ -1,4 +1,4 @@
-//! Issue 28, item 10: a rejection carries the end of the cooldown it was
+//! A rejection carries the end of the cooldown it was
 //! made on, and [`DependencyDown::retry_after`] reads only that: it never
 //! looks up, nor creates, the global registry.
 #![deny(warnings)]

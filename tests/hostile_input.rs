@@ -86,7 +86,7 @@ async fn a_huge_retry_after_gives_up_at_once_with_the_hint() {
     assert_eq!(started.elapsed(), Duration::ZERO);
 }
 
-/// Issue 28, item 9: `Retry-After: 90` under the default 60 s maximum
+/// `Retry-After: 90` under the default 60 s maximum
 /// and an hour of budget was retried after 60 s. It gives up at once, as
 /// a hint beyond the time left does, with the 90 s in the error.
 #[tokio::test(start_paused = true)]

@@ -1,5 +1,5 @@
 //! The adaptive concurrency limit against a real overloaded server on
-//! loopback (issue 29), bounded for CI (about 14 s): an open-loop load at
+//! loopback, bounded for CI (about 14 s): an open-loop load at
 //! 4× what the server sustains, through `AdaptiveLimit` with Netflix's
 //! Vegas defaults, knowing nothing of the server's size. The issue's
 //! targets: goodput at least 90 % of the throughput the server sustains,

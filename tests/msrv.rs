@@ -2,7 +2,7 @@
 //!
 //! `rust-version` in `Cargo.toml` is a promise to users that the crates
 //! build with that toolchain. Only a version that CI actually builds with is
-//! verified (issue 28: "1.85" was declared while let-chains need 1.88), and
+//! verified (a "1.85" was once declared while let-chains need 1.88), and
 //! CI has one toolchain: this test compares the two, so that the claim
 //! moves with the toolchain, or an older one is installed in CI to keep it.
 #![deny(warnings)]

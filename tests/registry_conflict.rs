@@ -1,4 +1,4 @@
-//! Issue 28, item 7: two `#[circuit_breaker]` sites of one name with other
+//! Two `#[circuit_breaker]` sites of one name with other
 //! settings. The breaker ran with the settings of whichever fn was *called*
 //! first (the other's with only a WARN); every site is known when the
 //! registry is built, so the disagreement is refused then, naming both

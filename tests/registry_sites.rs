@@ -34,7 +34,7 @@ async fn list_orders(script: &Script) -> Result<(), ClientError> {
     script.send().await
 }
 
-// Issue 28, item 8: `min = 50` is fine alone, and so is a file's
+// `min = 50` is fine alone, and so is a file's
 // `window_calls = 30`; together the breaker could never trip.
 #[circuit_breaker(name = "combined", min = 50)]
 async fn combined(script: &Script) -> Result<(), ClientError> {
@@ -58,7 +58,7 @@ async fn get_stock_level(script: &Script) -> Result<(), ClientError> {
     script.send().await
 }
 
-// Issue 32: the attribute names every jitter kind, as the file does.
+// The attribute names every jitter kind, as the file does.
 #[retry(name = "tx.commit", preset = "db_tx", idempotent)]
 async fn get_in_tx(script: &Script) -> Result<(), ClientError> {
     script.send().await
@@ -225,7 +225,7 @@ fn a_budget_section_no_chain_draws_on_is_refused() {
     );
 }
 
-/// Issue 29: a `[limits.<name>]` section is checked like the others. One
+/// A `[limits.<name>]` section is checked like the others. One
 /// that no `limit = ".."` names, nor the code, would leave the calls it
 /// meant to protect at the defaults while the operator believes them
 /// limited.
@@ -443,7 +443,7 @@ fn jitter_of(registry: &Registry, name: &str) -> Jitter {
     }
 }
 
-/// Issue 32: one jitter vocabulary in the attribute and the file. A bare
+/// One jitter vocabulary in the attribute and the file. A bare
 /// number sets the amount of the site's kind, so a `db_tx` site's additive
 /// jitter stays additive under a file's `jitter = 0.3` (it silently became
 /// ±30 %); the file changes the kind only by naming it.
@@ -489,7 +489,7 @@ fn jitter_kinds_are_named_alike_in_the_attribute_and_the_file() {
     assert!(err.reason().contains("\"full\""), "{err}");
 }
 
-/// Issue 28, item 8: each part was checked alone, the combination at the
+/// Each part was checked alone, the combination at the
 /// first call, where an invalid one was dropped with one ERROR line while
 /// `Registry::sites` listed it as in force. Now the registry is refused,
 /// naming the section, where the other values come from, and the value.
@@ -531,7 +531,7 @@ fn a_section_that_combines_badly_with_the_attribute_is_refused_when_built() {
     with("[breakers.combined]\nwindow_calls = 60\n\n[retry.timed]\nmax_elapsed = \"2s\"\n");
 }
 
-/// Issue 28, item 7: a layer registered its name with
+/// A layer registered its name with
 /// `BreakerConfig::new()`, so a layer built at startup (the usual case)
 /// made the breaker `min = 20` whatever the `#[circuit_breaker]` of that
 /// name said. Every site is known when the registry is built: the layer
@@ -558,7 +558,7 @@ async fn a_layer_built_before_any_call_gets_the_attributes_configuration() {
     assert_eq!(layer.breaker().unwrap().config().min_requests(), 20);
 }
 
-/// Issue 28, item 10: `Registry::sites` took the read lock a second time
+/// `Registry::sites` took the read lock a second time
 /// while holding it, for a breaker not created yet; with a writer queued
 /// between the two (std's lock then lets no new reader in), it never
 /// returned. A writer creating breakers beside a reader listing the sites.

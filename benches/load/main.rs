@@ -1,4 +1,4 @@
-//! Load limiting against a real overloaded server (issue 29): an open-loop
+//! Load limiting against a real overloaded server: an open-loop
 //! load at 0.5×, 1×, 2× and 4× the server's capacity, through no limit, a
 //! static bulkhead, our adaptive limit (Vegas), our client-side throttle,
 //! and tower-resilience's adaptive layer (AIMD and Vegas, with its

@@ -473,8 +473,8 @@ fn retries(snapshot: &Snapshot, target: &str) -> Vec<(String, String, u64)> {
 /// transactions each see two doctors on call and take one off. The first
 /// commits; the server refuses the second at `COMMIT` (40001), the helper
 /// runs it again, and it now sees one doctor left and keeps them on call.
-/// The run again is reported like every retry chain's (issue #32: "a 40001
-/// re-run leaves no metric and no event"), and the refused commit leaves no
+/// The run again is reported like every retry chain's (a 40001 re-run
+/// once left no metric and no event), and the refused commit leaves no
 /// stray `ROLLBACK` behind, whose sqlx WARN "there is no transaction in
 /// progress" read like a bug.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,4 +1,4 @@
-//! What the chaos suite's scenarios share (issue 13, `RELIABILITY.md`): a
+//! What the chaos suite's scenarios share (`RELIABILITY.md`): a
 //! payment server behind the idempotency layer that counts every effect it
 //! applies, a downstream that counts its requests, the annotated reqwest
 //! client, a private `redis-server` the tests may kill or freeze, the

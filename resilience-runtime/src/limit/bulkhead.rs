@@ -475,8 +475,8 @@ mod tests {
         })
     }
 
-    /// Issue 29: "calls marked critical are shed last when the limit is
-    /// reached"; failsafe-go's prioritization: "when a policy is
+    /// Calls marked critical are shed last when the limit is reached, as
+    /// failsafe-go's prioritization: "when a policy is
     /// overloaded, lower priority executions will be rejected before
     /// higher priority ones". A critical call that came second must get
     /// the freed slot, and the default call before it be the one shed at

@@ -155,8 +155,7 @@ fn bad_files_name_the_file_the_key_and_the_value() {
     assert_eq!((err.field(), err.value()), ("min", "\"ten\""));
     assert_eq!(err.subject(), "`[breakers.user]` in `app.toml` line 2");
 
-    // A value that reads but breaks a rule names its line too (issue 32:
-    // these had the section only).
+    // A value that reads but breaks a rule names its line too.
     let err = file_error("[breakers.user]\nratio = 1.5\n");
     assert_eq!(err.subject(), "`[breakers.user]` in `app.toml` line 2");
     assert_eq!((err.field(), err.value()), ("ratio", "1.5"));
@@ -476,7 +475,7 @@ fn a_family_given_in_code_is_checked_at_build() {
     );
 }
 
-/// Issue 32: the file reads the attribute's jitter vocabulary, and a bare
+/// The file reads the attribute's jitter vocabulary, and a bare
 /// number sets the amount of the site's kind, never the kind: a `db_tx`
 /// site stays additive under `jitter = 0.3` (it became ±30 % before).
 #[test]

@@ -120,9 +120,9 @@ pub trait Slot: Default + fmt::Debug {
 ///
 /// Dropped by hand, as `CallScope` drops its span: every protected fn's
 /// future holds one, and a slot the compiler drops itself made that
-/// future's drop too big to inline into its caller (21 instructions per
-/// call of `#[retry]` on the success path, where the slot is always
-/// empty). Here the drop is one inline test.
+/// future's drop too big to inline into its caller, a cost on the
+/// success path, where the slot is always empty. Here the drop is one
+/// inline test.
 #[derive(Debug, Default)]
 pub struct Kept(ManuallyDrop<Option<Cause>>);
 

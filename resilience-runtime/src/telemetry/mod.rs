@@ -43,7 +43,8 @@
 //!   with its `status`, and in `dependency_errors_total` when the error is
 //!   the dependency's fault (a `501`).
 //! - `status` ([`Status`]): `ok`, `error`, `timeout`, `5xx`, `network`,
-//!   `circuit_open`, `cancelled`.
+//!   `circuit_open`, `overloaded` (a call a load limiter shed, also counted
+//!   in [`SHED_TOTAL`]), `cancelled`.
 //! - `reason` ([`Reason`](crate::retry::Reason)): `timeout`, `5xx`,
 //!   `circuit_open`, `network`, from [`Classify::reason`](crate::Classify::reason)
 //!   (`overloaded`, a call shed by a load limiter, is counted by
@@ -53,9 +54,12 @@
 //!   ([`Priority`](crate::limit::Priority)): `sheddable`, `default` or
 //!   `critical`.
 //!
-//! `http_client_request_duration_seconds` is a histogram in the `metrics`
-//! sense; Prometheus exporters render it as a summary unless told the
-//! buckets, so configure [`DURATION_BUCKETS`]:
+//! The two histograms, `http_client_request_duration_seconds` and
+//! `http_client_rate_limit_wait_seconds`, are histograms in the `metrics`
+//! sense; Prometheus exporters render them as summaries unless told the
+//! buckets, and a summary's quantiles cannot be summed across replicas
+//! (the dashboard's and the alert rules' `histogram_quantile` needs
+//! `_bucket` series). Configure [`DURATION_BUCKETS`] for both:
 //!
 //! ```
 //! use metrics_exporter_prometheus::{Matcher, PrometheusBuilder};
@@ -64,6 +68,10 @@
 //! let recorder = PrometheusBuilder::new()
 //!     .set_buckets_for_metric(
 //!         Matcher::Full(telemetry::REQUEST_DURATION_SECONDS.into()),
+//!         telemetry::DURATION_BUCKETS,
+//!     )?
+//!     .set_buckets_for_metric(
+//!         Matcher::Full(telemetry::RATE_LIMIT_WAIT_SECONDS.into()),
 //!         telemetry::DURATION_BUCKETS,
 //!     )?
 //!     .build_recorder();
@@ -207,7 +215,8 @@ pub const METRICS: &[&str] = &[
     RATE_LIMIT_WAIT_SECONDS,
 ];
 
-/// Histogram buckets for [`REQUEST_DURATION_SECONDS`], in seconds: from a
+/// Histogram buckets for [`REQUEST_DURATION_SECONDS`] and
+/// [`RATE_LIMIT_WAIT_SECONDS`], in seconds: from a
 /// fast local answer (5 ms) to a whole retry chain (at most 5 s under the
 /// guide's [HTTP defaults](crate::guide#retry), up to 6 s with the last
 /// attempt) and beyond.

@@ -199,7 +199,7 @@ mod tests {
             C::InvalidSessionTimeout,
             C::UnsupportedFeature,
             C::PurgeQueue,
-            // The issue's examples of answers a second attempt repeats.
+            // Answers a second attempt repeats word for word.
             C::MessageSizeTooLarge,
             C::TopicAuthorizationFailed,
             C::GroupAuthorizationFailed,
@@ -217,8 +217,8 @@ mod tests {
         }
     }
 
-    /// The client-side views of a cluster it cannot reach, which the
-    /// issue names beside librdkafka's list: all brokers down, DNS, a
+    /// The client-side views of a cluster it cannot reach, beside
+    /// librdkafka's list: all brokers down, DNS, a
     /// produce not delivered within `message.timeout.ms`, a full local
     /// queue.
     #[test]
