@@ -232,7 +232,7 @@ macro_rules! layer_builder {
             }
 
             /// Hedges the requests that may be retried instead of retrying
-            /// them, by the rules of [`Policy::hedge`](crate::retry::hedge)
+            /// them, by the rules of [`Policy::hedge`](crate::retry::Hedge)
             /// under this policy's `max_elapsed` and budget: after `hedge`'s
             /// delay without an answer another copy goes out, the first good
             /// answer wins and the others are dropped. A request sent once (a

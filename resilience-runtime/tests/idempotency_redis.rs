@@ -25,8 +25,8 @@ use http_body_util::BodyExt;
 use redis::Commands;
 use resilience_runtime::IdempotencyKey;
 use resilience_runtime::idempotency::server::{
-    Begin, EffectNotApplied, Entry, Fingerprint, IdempotencyConfig, IdempotencyLayer,
-    IdempotencyStore, Lease, Outcome, RedisStore, Scope, StoreError, StoredResponse,
+    Claim, EffectNotApplied, Entry, Fingerprint, IdempotencyConfig, IdempotencyLayer,
+    IdempotencyStore, KeyLease, Completion, RedisStore, Scope, StoreError, StoredResponse,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -87,8 +87,8 @@ fn key(text: &str) -> IdempotencyKey {
     IdempotencyKey::from_string(text).unwrap()
 }
 
-fn lease(body: &[u8]) -> Lease {
-    Lease::new(Fingerprint::of(
+fn lease(body: &[u8]) -> KeyLease {
+    KeyLease::new(Fingerprint::of(
         &Method::POST,
         &Uri::from_static("/payments"),
         body,
@@ -106,21 +106,21 @@ async fn redis_store_follows_the_contract() {
 
     assert_eq!(
         s.store.begin(&k, &mine, MINUTE).await.unwrap(),
-        Begin::Started
+        Claim::Started
     );
     assert_eq!(s.keys(), [format!("{}pay-1", s.prefix)]);
     let pttl: i64 = s.connection().pttl(s.store.redis_key(&k)).unwrap();
     assert!((59_000..=60_000).contains(&pttl), "lock pttl {pttl}");
     assert_eq!(
         s.store.begin(&k, &theirs, MINUTE).await.unwrap(),
-        Begin::Existing(Entry::InFlight {
+        Claim::Existing(Entry::InFlight {
             fingerprint: mine.fingerprint()
         })
     );
 
     let mut headers = HeaderMap::new();
     headers.insert(header::CONTENT_TYPE, "application/json".parse().unwrap());
-    let outcome = Outcome::Response(StoredResponse::new(
+    let outcome = Completion::Response(StoredResponse::new(
         StatusCode::CREATED,
         headers,
         Bytes::from_static(b"{\"id\":1}"),
@@ -136,7 +136,7 @@ async fn redis_store_follows_the_contract() {
     );
     assert_eq!(
         s.store.begin(&k, &theirs, MINUTE).await.unwrap(),
-        Begin::Existing(Entry::Completed {
+        Claim::Existing(Entry::Completed {
             fingerprint: mine.fingerprint(),
             outcome
         })
@@ -147,7 +147,7 @@ async fn redis_store_follows_the_contract() {
     assert!(s.store.release(&k2, &mine).await.unwrap());
     assert_eq!(
         s.store.begin(&k2, &theirs, MINUTE).await.unwrap(),
-        Begin::Started
+        Claim::Started
     );
 }
 
@@ -163,7 +163,7 @@ async fn redis_store_lets_exactly_one_of_concurrent_begins_win() {
         .collect();
     let mut started = 0;
     for task in tasks {
-        if task.await.unwrap().unwrap() == Begin::Started {
+        if task.await.unwrap().unwrap() == Claim::Started {
             started += 1;
         }
     }
@@ -751,13 +751,13 @@ async fn redis_backed_layer_runs_the_retry_of_a_crashed_holder_once_its_lock_ttl
     let lock_ttl = Duration::from_millis(500);
     let mut p = Payments::with_config(s.store.clone(), short_lock(lock_ttl));
     p.gate.add_permits(10);
-    let dead = Lease::new(Fingerprint::of(
+    let dead = KeyLease::new(Fingerprint::of(
         &Method::POST,
         &Uri::from_static("/commit"),
         b"{}",
     ));
     let taken = s.store.begin(&key("crash-1"), &dead, lock_ttl).await;
-    assert!(matches!(taken, Ok(Begin::Started)), "{taken:?}");
+    assert!(matches!(taken, Ok(Claim::Started)), "{taken:?}");
     let began = Instant::now();
 
     let mut conflicts = 0;

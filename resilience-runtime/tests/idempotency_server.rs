@@ -17,8 +17,8 @@ use bytes::Bytes;
 use http_body_util::BodyExt;
 use resilience_runtime::IdempotencyKey;
 use resilience_runtime::idempotency::server::{
-    Begin, EffectNotApplied, Entry, Fingerprint, IdempotencyConfig, IdempotencyLayer,
-    IdempotencyStore, Lease, MemoryStore, Outcome, Scope, StoreError,
+    Claim, EffectNotApplied, Entry, Fingerprint, IdempotencyConfig, IdempotencyLayer,
+    IdempotencyStore, KeyLease, MemoryStore, Completion, Scope, StoreError,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -231,9 +231,9 @@ impl IdempotencyStore for Faulty {
     async fn begin(
         &self,
         key: &IdempotencyKey,
-        lease: &Lease,
+        lease: &KeyLease,
         lock_ttl: Duration,
-    ) -> Result<Begin, StoreError> {
+    ) -> Result<Claim, StoreError> {
         let begun = self.inner.begin(key, lease, lock_ttl).await;
         if self.faults.hang_begin.load(Ordering::SeqCst) {
             std::future::pending::<()>().await;
@@ -244,8 +244,8 @@ impl IdempotencyStore for Faulty {
     async fn complete(
         &self,
         key: &IdempotencyKey,
-        lease: &Lease,
-        outcome: &Outcome,
+        lease: &KeyLease,
+        outcome: &Completion,
         ttl: Duration,
     ) -> Result<bool, StoreError> {
         if self.faults.hang_complete.load(Ordering::SeqCst) {
@@ -257,7 +257,7 @@ impl IdempotencyStore for Faulty {
     async fn renew(
         &self,
         key: &IdempotencyKey,
-        lease: &Lease,
+        lease: &KeyLease,
         lock_ttl: Duration,
     ) -> Result<bool, StoreError> {
         if self.faults.fail_renew.load(Ordering::SeqCst) {
@@ -266,7 +266,7 @@ impl IdempotencyStore for Faulty {
         self.inner.renew(key, lease, lock_ttl).await
     }
 
-    async fn release(&self, key: &IdempotencyKey, lease: &Lease) -> Result<bool, StoreError> {
+    async fn release(&self, key: &IdempotencyKey, lease: &KeyLease) -> Result<bool, StoreError> {
         self.inner.release(key, lease).await
     }
 }
@@ -653,12 +653,12 @@ async fn a_crashed_holder_blocks_its_key_for_one_lock_ttl_of_ten_seconds() {
     // A process that took the key and died: its lock is never renewed.
     let key = IdempotencyKey::from_string("k").unwrap();
     let body_fingerprint = Fingerprint::of(&Method::POST, &"/payments".parse().unwrap(), b"{}");
-    let dead = Lease::new(body_fingerprint);
+    let dead = KeyLease::new(body_fingerprint);
     let lock_ttl = IdempotencyConfig::default().lock_ttl();
     assert_eq!(lock_ttl, Duration::from_secs(10));
     assert_eq!(
         h.store.begin(&key, &dead, lock_ttl).await.unwrap(),
-        Begin::Started
+        Claim::Started
     );
     tokio::time::advance(lock_ttl - Duration::from_millis(1)).await;
     h.send(post_req("/payments", "k", "{}"))

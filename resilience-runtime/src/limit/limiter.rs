@@ -122,7 +122,7 @@ impl Limiter {
     /// and for a bulkhead's slot at most their `max_wait`; records its
     /// result (classified by `E`) with the throttle and the slots. A call
     /// shed is the caller's error made from
-    /// [`Overloaded`](super::Overloaded), and `call` is never polled.
+    /// [`Overloaded`](crate::Overloaded), and `call` is never polled.
     ///
     /// A call shed by the slots after the rate limit admitted it keeps its
     /// place in the rate: the rate counts what was admitted, so it can only
@@ -132,7 +132,7 @@ impl Limiter {
         F: Future<Output = Result<T, E>>,
         E: Classify + FromRuntimeError,
     {
-        let shed = |overloaded: super::Overloaded| E::from_runtime(overloaded.into());
+        let shed = |overloaded: crate::Overloaded| E::from_runtime(overloaded.into());
         let ticket = match &self.throttle {
             Some(throttle) => Some(throttle.try_acquire(priority).map_err(shed)?),
             None => None,

@@ -6,7 +6,7 @@
 //! callers to send less — and retries against it make it worse. A
 //! dependency with a quota (a partner API allowing 100 requests a second)
 //! needs its callers to stay under it. Four mechanisms, usable alone or
-//! together, all shedding with the runtime's [`Overloaded`] error:
+//! together, all shedding with the runtime's [`Overloaded`](crate::Overloaded) error:
 //!
 //! - [`Bulkhead`]: at most `max` calls in flight, an optional bounded wait
 //!   for a slot. Reads no clock.
@@ -19,7 +19,7 @@
 //!   `max(0, (requests − K × accepts) / (requests + 1))`.
 //! - [`RateLimit`]: at most a [`Rate`] of calls, a burst at once (GCRA, as
 //!   `governor` and `redis-cell`), waiting a bounded time for a place or
-//!   refusing with [when to come back](Overloaded::retry_after);
+//!   refusing with [when to come back](crate::Overloaded::retry_after);
 //!   [`KeyedRateLimit`], the same per key (per tenant, per host) in a
 //!   bounded table.
 //!
@@ -79,7 +79,7 @@ pub use rate::{Rate, RateLimit};
 pub use throttle::{Throttle, ThrottleConfig, ThrottleTicket};
 pub use vegas::VegasConfig;
 
-pub use crate::error::{Overloaded, ShedBy};
+pub use crate::error::ShedBy;
 
 use crate::retry::Verdict;
 

@@ -556,7 +556,7 @@ enum Origin {
     /// A `#[circuit_breaker]` site, at its first call.
     Site(&'static std::panic::Location<'static>),
     /// An HTTP or tower layer, which brings no settings of its own.
-    #[cfg_attr(not(any(feature = "reqwest", feature = "tower")), allow(dead_code))]
+    #[cfg_attr(not(any(feature = "reqwest-middleware", feature = "tower")), allow(dead_code))]
     Layer,
     /// The code: [`Registry::breaker`], [`Registry::family`], or a lookup
     /// of a name given in code.
@@ -736,7 +736,7 @@ impl Registry {
     /// defaults when nothing names it; never one of the layer's own, so
     /// that the breaker is the same whichever of the layer and the sites
     /// comes first.
-    #[cfg(any(feature = "reqwest", feature = "tower"))]
+    #[cfg(any(feature = "reqwest-middleware", feature = "tower"))]
     pub(crate) fn layer_breaker(&self, name: &'static str) -> &'static CircuitBreaker {
         let defaults = self
             .declared

@@ -650,7 +650,7 @@ fn a_site_whose_settings_come_too_late_is_an_error_naming_both() {
     assert_eq!(r.families()[0].config().max_members(), 10);
 }
 
-#[cfg(any(feature = "reqwest", feature = "tower"))]
+#[cfg(any(feature = "reqwest-middleware", feature = "tower"))]
 #[test]
 fn a_layer_takes_the_breaker_in_force_and_a_later_site_is_told() {
     let events = crate::test_events::record(tracing::Level::WARN);

@@ -56,7 +56,7 @@ pub enum Next {
 /// Every loop of the library is built on it: [`Retry`](super::Retry), the
 /// [blocking executor](super::BlockingRetry), the code of the `#[retry]`
 /// macro (which runs the fn body inline in a loop) and
-/// [hedged calls](super::hedge). Use it for a loop of your own: call
+/// [hedged calls](super::Hedge). Use it for a loop of your own: call
 /// [`begin`](Self::begin) before each attempt, [`pending`](Self::pending)
 /// when an attempt without a timer is first pending, and, with a
 /// [`Driver`] of yours, [`on_cut`](Self::on_cut) when a timer fires and

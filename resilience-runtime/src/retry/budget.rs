@@ -1,37 +1,3 @@
-//! A retry budget: the retries of every call site of one dependency, capped
-//! at a share of its calls.
-//!
-//! A breaker reacts after `min` failures; until then, 5 replicas × 3
-//! attempts put 15× the load on a dependency that is already failing. A
-//! budget caps that amplification from the first failure: every logical
-//! call deposits, every retry withdraws, and a chain whose budget is empty
-//! stops after the attempt it made, with that attempt's error
-//! ([`GiveUp::BudgetEmpty`](super::GiveUp::BudgetEmpty)).
-//!
-//! The design and the defaults are Finagle's `RetryBudget`: retries within
-//! the last `ttl` (10 s) may be `ratio` (20 %) of the calls deposited in it,
-//! plus a floor of `min_per_second` (10) retries per second, so that a
-//! service with little traffic still retries. The others that have one
-//! agree on the shape: gRPC's retry throttling (proposal A6: `maxTokens`
-//! tokens, each failure takes one, each success gives back `tokenRatio`,
-//! no retry while tokens ≤ `maxTokens / 2`), the AWS SDKs' retry quota
-//! (500 tokens, 5 per retry, 10 per retried timeout, one back per success),
-//! Envoy's retry budget (retries in flight ≤ `budget_percent` (20 %) of
-//! the requests in flight, with `min_retry_concurrency` 3). Finagle's is
-//! taken because its floor is per second, so a quiet service is not left
-//! without retries, and its deposits expire, so a burst of successes long
-//! ago does not pay for a storm now.
-//!
-//! A deposit is on every call's path, so it is a plain load and store on a
-//! counter only the calling thread writes (the stripes of a breaker's
-//! window): no locked instruction, no shared cache line, no clock read.
-//! The window's buckets move at their boundaries (every tenth of `ttl`)
-//! by the ticker that moves the breakers, so a deposit leaves the window
-//! `ttl` after it was made even when nothing was retried meanwhile: the
-//! calls of an hour of healthy traffic do not pay for the retries of an
-//! outage that starts after a quiet minute. The clock is read only when a
-//! retry asks to withdraw, which is the failure path.
-
 use std::fmt;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -176,8 +142,41 @@ impl BudgetConfig {
     }
 }
 
-/// A retry budget shared by every chain that names it; see the
-/// [module docs](self).
+/// A retry budget: the retries of every call site of one dependency, capped
+/// at a share of its calls.
+///
+/// A breaker reacts after `min` failures; until then, 5 replicas × 3
+/// attempts put 15× the load on a dependency that is already failing. A
+/// budget caps that amplification from the first failure: every logical
+/// call deposits, every retry withdraws, and a chain whose budget is empty
+/// stops after the attempt it made, with that attempt's error
+/// ([`GiveUp::BudgetEmpty`](super::GiveUp::BudgetEmpty)).
+///
+/// The design and the defaults are Finagle's `RetryBudget`: retries within
+/// the last `ttl` (10 s) may be `ratio` (20 %) of the calls deposited in it,
+/// plus a floor of `min_per_second` (10) retries per second, so that a
+/// service with little traffic still retries. The others that have one
+/// agree on the shape: gRPC's retry throttling (proposal A6: `maxTokens`
+/// tokens, each failure takes one, each success gives back `tokenRatio`,
+/// no retry while tokens ≤ `maxTokens / 2`), the AWS SDKs' retry quota
+/// (500 tokens, 5 per retry, 10 per retried timeout, one back per success),
+/// Envoy's retry budget (retries in flight ≤ `budget_percent` (20 %) of
+/// the requests in flight, with `min_retry_concurrency` 3). Finagle's is
+/// taken because its floor is per second, so a quiet service is not left
+/// without retries, and its deposits expire, so a burst of successes long
+/// ago does not pay for a storm now.
+///
+/// A deposit is on every call's path, so it is a plain load and store on a
+/// counter only the calling thread writes (the stripes of a breaker's
+/// window): no locked instruction, no shared cache line, no clock read.
+/// The window's buckets move at their boundaries (every tenth of `ttl`)
+/// by the ticker that moves the breakers, so a deposit leaves the window
+/// `ttl` after it was made even when nothing was retried meanwhile: the
+/// calls of an hour of healthy traffic do not pay for the retries of an
+/// outage that starts after a quiet minute. The clock is read only when a
+/// retry asks to withdraw, which is the failure path.
+///
+/// One is shared by every chain that names it.
 ///
 /// A chain draws on one when its [`Policy`](super::Policy) carries it
 /// ([`Policy::with_budget`](super::Policy::with_budget)); the attributes

@@ -1,72 +1,3 @@
-//! Hedged calls: when an attempt has not answered after `delay`, another
-//! one starts beside it; the first success wins and the others are dropped.
-//!
-//! A retry waits for a failure; a hedge does not: it bounds the tail of a
-//! dependency whose answers are usually fast and sometimes very slow (a
-//! replica stuck in a GC pause, a lost packet). It is for idempotent
-//! calls only: two attempts are two requests, and both may be applied.
-//!
-//! The rules, after Polly's hedging strategy and gRPC's `hedgingPolicy`
-//! (gRFC A6):
-//!
-//! - the first attempt starts at once; each `delay` without a success
-//!   starts one more, until `max` attempts were made in all (the first
-//!   included), as gRPC's `maxAttempts`;
-//! - a success ends the call: the attempts still in flight are dropped,
-//!   which cancels them;
-//! - a transient failure (see [`Classify`]) starts the next attempt at
-//!   once rather than after the rest of its delay, as gRPC's
-//!   non-fatal status codes do; `Retry-After` is not waited for;
-//! - any other error is an answer: it ends the call, as a fatal status
-//!   does in gRPC;
-//! - every attempt after the first withdraws from the policy's retry
-//!   [`Budget`](super::Budget), as gRPC's throttling counts hedges; with
-//!   the budget empty no more attempts start, and the call waits for those
-//!   in flight;
-//! - the whole call is bounded by the policy's `max_elapsed` and the
-//!   caller's [`deadline`](crate::deadline): when either passes, the
-//!   attempts in flight are dropped and the caller gets
-//!   [`Error::MaxElapsedExceeded`](crate::Error::MaxElapsedExceeded) or [`Error::DeadlineExceeded`](crate::Error::DeadlineExceeded);
-//! - when every attempt failed, the caller gets the last failure;
-//! - like a retry chain, a hedged call that runs inside another chain's
-//!   attempt makes one attempt and leaves the retrying to the outer chain
-//!   (see [`layer`]), and one inside a transaction opened by
-//!   the transaction helper is refused.
-//!
-//! The rules a hedged call shares with a retry chain are [`Attempts`]':
-//! the same code decides for both.
-//!
-//! Each attempt after the first is logged at DEBUG (target
-//! `resilience::hedge`) and counted in
-//! [`http_client_hedges_total{service,target}`](crate::telemetry::HEDGES_TOTAL)
-//! (by [`Policy::hedge`], through a hook: the count is `telemetry`'s).
-//! A breaker around the call counts one outcome: the hedged call's.
-//!
-//! ```
-//! use std::time::Duration;
-//! use resilience::retry::{Hedge, Policy};
-//!
-//! # #[tokio::main(flavor = "current_thread", start_paused = true)] async fn main() -> Result<(), Box<dyn std::error::Error>> {
-//! let hedge = Hedge::new("search", Duration::from_millis(50), 2)?;
-//! let started = tokio::time::Instant::now();
-//! let calls = std::cell::Cell::new(0);
-//! let answer = Policy::http()
-//!     .hedge(hedge, || {
-//!         calls.set(calls.get() + 1);
-//!         // The first replica hangs for a second; the second answers in 10 ms.
-//!         let slow = calls.get() == 1;
-//!         async move {
-//!             let took = if slow { 1000 } else { 10 };
-//!             tokio::time::sleep(Duration::from_millis(took)).await;
-//!             Ok::<_, resilience::Error>("results")
-//!         }
-//!     })
-//!     .await?;
-//! assert_eq!(answer, "results");
-//! assert_eq!(started.elapsed(), Duration::from_millis(60));
-//! # Ok(()) }
-//! ```
-
 use std::future::{Future, poll_fn};
 use std::pin::{Pin, pin};
 use std::task::Poll;
@@ -82,7 +13,76 @@ use crate::error::ConfigError;
 /// the dependency, all of them in flight at once.
 pub const MAX_HEDGED_ATTEMPTS: u32 = resilience_rules::limits::MAX_HEDGED_ATTEMPTS;
 
-/// How a call is hedged: its name (the `target` of its metrics), the delay
+/// Hedged calls: when an attempt has not answered after `delay`, another
+/// one starts beside it; the first success wins and the others are dropped.
+///
+/// A retry waits for a failure; a hedge does not: it bounds the tail of a
+/// dependency whose answers are usually fast and sometimes very slow (a
+/// replica stuck in a GC pause, a lost packet). It is for idempotent
+/// calls only: two attempts are two requests, and both may be applied.
+///
+/// The rules, after Polly's hedging strategy and gRPC's `hedgingPolicy`
+/// (gRFC A6):
+///
+/// - the first attempt starts at once; each `delay` without a success
+///   starts one more, until `max` attempts were made in all (the first
+///   included), as gRPC's `maxAttempts`;
+/// - a success ends the call: the attempts still in flight are dropped,
+///   which cancels them;
+/// - a transient failure (see [`Classify`]) starts the next attempt at
+///   once rather than after the rest of its delay, as gRPC's
+///   non-fatal status codes do; `Retry-After` is not waited for;
+/// - any other error is an answer: it ends the call, as a fatal status
+///   does in gRPC;
+/// - every attempt after the first withdraws from the policy's retry
+///   [`Budget`](super::Budget), as gRPC's throttling counts hedges; with
+///   the budget empty no more attempts start, and the call waits for those
+///   in flight;
+/// - the whole call is bounded by the policy's `max_elapsed` and the
+///   caller's [`deadline`](crate::deadline): when either passes, the
+///   attempts in flight are dropped and the caller gets
+///   [`Error::MaxElapsedExceeded`](crate::Error::MaxElapsedExceeded) or [`Error::DeadlineExceeded`](crate::Error::DeadlineExceeded);
+/// - when every attempt failed, the caller gets the last failure;
+/// - like a retry chain, a hedged call that runs inside another chain's
+///   attempt makes one attempt and leaves the retrying to the outer chain
+///   (see [`layer`]), and one inside a transaction opened by
+///   the transaction helper is refused.
+///
+/// The rules a hedged call shares with a retry chain are [`Attempts`]':
+/// the same code decides for both.
+///
+/// Each attempt after the first is logged at DEBUG (target
+/// `resilience::hedge`) and counted in
+/// [`http_client_hedges_total{service,target}`](crate::telemetry::HEDGES_TOTAL)
+/// (by [`Policy::hedge`], through a hook: the count is `telemetry`'s).
+/// A breaker around the call counts one outcome: the hedged call's.
+///
+/// ```
+/// use std::time::Duration;
+/// use resilience::retry::{Hedge, Policy};
+///
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let hedge = Hedge::new("search", Duration::from_millis(50), 2)?;
+/// let started = tokio::time::Instant::now();
+/// let calls = std::cell::Cell::new(0);
+/// let answer = Policy::http()
+///     .hedge(hedge, || {
+///         calls.set(calls.get() + 1);
+///         // The first replica hangs for a second; the second answers in 10 ms.
+///         let slow = calls.get() == 1;
+///         async move {
+///             let took = if slow { 1000 } else { 10 };
+///             tokio::time::sleep(Duration::from_millis(took)).await;
+///             Ok::<_, resilience::Error>("results")
+///         }
+///     })
+///     .await?;
+/// assert_eq!(answer, "results");
+/// assert_eq!(started.elapsed(), Duration::from_millis(60));
+/// # Ok(()) }
+/// ```
+///
+/// A [`Hedge`] says how a call is hedged: its name (the `target` of its metrics), the delay
 /// after which another attempt starts, and the most attempts in all.
 ///
 /// ```

@@ -50,11 +50,11 @@
 mod attempts;
 mod backoff;
 mod blocking;
-pub mod budget;
+mod budget;
 pub(crate) mod chain;
 mod classify;
 mod executor;
-pub mod hedge;
+mod hedge;
 pub mod layer;
 #[cfg(feature = "sqlx-postgres")]
 pub(crate) mod no_retry;

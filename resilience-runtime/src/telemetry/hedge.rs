@@ -8,7 +8,7 @@ use crate::retry::{Classify, FromRuntimeError, Hedge, Policy};
 
 impl Policy {
     /// Runs `op` hedged by `hedge` under this policy's `max_elapsed` and
-    /// retry budget; see the [module docs](crate::retry::hedge) for the
+    /// retry budget; see the [rules](crate::retry::Hedge) for the
     /// rules. The policy's attempt count, backoff and per-attempt timeout
     /// do not apply: the hedge's `max` and `delay` take their place.
     ///

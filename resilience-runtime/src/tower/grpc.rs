@@ -1,54 +1,3 @@
-//! The layer below a tonic client (cargo feature `tonic`): the breaker
-//! judges every call by its `grpc-status`, and the calls of the methods
-//! declared idempotent are retried.
-//!
-//! gRPC sends every call as an HTTP `POST` with a streaming body, so the
-//! HTTP rules would send each one once. [`GrpcLayer`] has its own:
-//!
-//! - **what is retried**: the methods given to
-//!   [`idempotent`](GrpcLayer::idempotent) (a full method,
-//!   `/package.Service/Method`, or every method of a service,
-//!   `/package.Service/`), as gRPC's service config names them; any other
-//!   call is sent once, still through the breaker.
-//!   [`RetryOverride`] in the request's extensions
-//!   (`tonic::Request::extensions_mut`) overrides it per call; with
-//!   [`ResilienceLayer::with_hedge`] they are hedged instead of retried;
-//! - **which bodies**: a retried call's request body is read into memory
-//!   before the first attempt, if it is complete at once (a unary or a
-//!   client-streaming call from an in-memory iterator) and at most
-//!   [`MAX_BUFFERED`] bytes; a body still streaming (a bidirectional call)
-//!   or larger is sent once, whole, as it came;
-//! - **what a status means**: read from the response headers, where a
-//!   server puts it when a call fails before any message (tonic does for
-//!   every `Err(Status)` of a unary handler):
-//!
-//! | `grpc-status` | retried | breaker |
-//! |---|---|---|
-//! | `UNAVAILABLE` (14), `DEADLINE_EXCEEDED` (4) | yes | failure |
-//! | `RESOURCE_EXHAUSTED` (8) | yes, after `grpc-retry-pushback-ms` when the server sends it | failure |
-//! | `UNKNOWN` (2), `INTERNAL` (13), `DATA_LOSS` (15) | no | failure |
-//! | `OK` and every other code (`NOT_FOUND`, `INVALID_ARGUMENT`, …) | no | success |
-//!
-//!   A status sent in trailers after messages (a streaming call that
-//!   fails midway) is not seen: the call counts as answered once its
-//!   headers arrive. A response without `grpc-status` in its headers is
-//!   judged by its HTTP status, as a proxy's `503` should be.
-//!
-//! ```no_run
-//! use resilience::tower::ResilienceLayer;
-//! use tower::ServiceBuilder;
-//!
-//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
-//! let channel = tonic::transport::Channel::from_static("http://127.0.0.1:50051")
-//!     .connect()
-//!     .await?;
-//! let channel = ServiceBuilder::new()
-//!     .layer(ResilienceLayer::named("users").grpc().idempotent(["/users.Users/GetUser"])?)
-//!     .service(channel);
-//! // `UsersClient::new(channel)`: the generated client, as usual.
-//! # Ok(()) }
-//! ```
-
 use std::collections::VecDeque;
 use std::future::Future;
 use std::pin::Pin;
@@ -75,7 +24,58 @@ use crate::retry::{Reason, Verdict};
 pub const MAX_BUFFERED: usize = 4 * 1024 * 1024;
 
 /// A [`ResilienceLayer`] for a tonic channel, from
-/// [`ResilienceLayer::grpc`]; see the [module docs](self) for the rules.
+/// [`ResilienceLayer::grpc`].
+///
+/// The layer below a tonic client (cargo feature `tonic`): the breaker
+/// judges every call by its `grpc-status`, and the calls of the methods
+/// declared idempotent are retried.
+///
+/// gRPC sends every call as an HTTP `POST` with a streaming body, so the
+/// HTTP rules would send each one once. [`GrpcLayer`] has its own:
+///
+/// - **what is retried**: the methods given to
+///   [`idempotent`](GrpcLayer::idempotent) (a full method,
+///   `/package.Service/Method`, or every method of a service,
+///   `/package.Service/`), as gRPC's service config names them; any other
+///   call is sent once, still through the breaker.
+///   [`RetryOverride`] in the request's extensions
+///   (`tonic::Request::extensions_mut`) overrides it per call; with
+///   [`ResilienceLayer::with_hedge`] they are hedged instead of retried;
+/// - **which bodies**: a retried call's request body is read into memory
+///   before the first attempt, if it is complete at once (a unary or a
+///   client-streaming call from an in-memory iterator) and at most
+///   [`MAX_BUFFERED`] bytes; a body still streaming (a bidirectional call)
+///   or larger is sent once, whole, as it came;
+/// - **what a status means**: read from the response headers, where a
+///   server puts it when a call fails before any message (tonic does for
+///   every `Err(Status)` of a unary handler):
+///
+/// | `grpc-status` | retried | breaker |
+/// |---|---|---|
+/// | `UNAVAILABLE` (14), `DEADLINE_EXCEEDED` (4) | yes | failure |
+/// | `RESOURCE_EXHAUSTED` (8) | yes, after `grpc-retry-pushback-ms` when the server sends it | failure |
+/// | `UNKNOWN` (2), `INTERNAL` (13), `DATA_LOSS` (15) | no | failure |
+/// | `OK` and every other code (`NOT_FOUND`, `INVALID_ARGUMENT`, …) | no | success |
+///
+///   A status sent in trailers after messages (a streaming call that
+///   fails midway) is not seen: the call counts as answered once its
+///   headers arrive. A response without `grpc-status` in its headers is
+///   judged by its HTTP status, as a proxy's `503` should be.
+///
+/// ```no_run
+/// use resilience::tower::ResilienceLayer;
+/// use tower::ServiceBuilder;
+///
+/// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+/// let channel = tonic::transport::Channel::from_static("http://127.0.0.1:50051")
+///     .connect()
+///     .await?;
+/// let channel = ServiceBuilder::new()
+///     .layer(ResilienceLayer::named("users").grpc().idempotent(["/users.Users/GetUser"])?)
+///     .service(channel);
+/// // `UsersClient::new(channel)`: the generated client, as usual.
+/// # Ok(()) }
+/// ```
 ///
 /// ```
 /// use resilience::tower::ResilienceLayer;

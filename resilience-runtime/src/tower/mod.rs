@@ -5,7 +5,7 @@
 //! Below a tonic client, [`ResilienceLayer::grpc`] (cargo feature `tonic`)
 //! applies gRPC's rules instead: calls judged by their `grpc-status`, the
 //! methods declared idempotent retried with their request buffered, the
-//! runtime's errors turned into a `Status` (see `grpc`).
+//! runtime's errors turned into a `Status` (see [`GrpcLayer`]).
 //!
 //! The same rules, from the same code, as the reqwest middleware
 //! (`resilience::http::ResilienceMiddleware`, feature
@@ -71,7 +71,7 @@ use crate::retry::{Classify, Event, Hedge, HttpStatus, Policy, Reason, Verdict};
 pub use crate::http_rules::RetryOverride;
 
 #[cfg(feature = "tonic")]
-pub mod grpc;
+mod grpc;
 #[cfg(feature = "tonic")]
 pub use grpc::{GrpcLayer, GrpcResilient, MAX_BUFFERED};
 

@@ -203,7 +203,7 @@ impl IdempotencyConfigBuilder {
     }
 
     /// The largest response body stored (see
-    /// [`Outcome::TooLarge`](super::Outcome::TooLarge)).
+    /// [`Completion::TooLarge`](super::Completion::TooLarge)).
     pub const fn with_max_stored_body(mut self, bytes: usize) -> Self {
         self.config.max_stored_body = bytes;
         self

@@ -23,7 +23,7 @@ use super::effect::EffectNotApplied;
 use super::reject::Rejection;
 use super::scope::Scope;
 use super::store::{
-    Begin, Entry, Fingerprint, IdempotencyStore, Lease, Outcome, StoreError, StoredResponse,
+    Claim, Entry, Fingerprint, IdempotencyStore, KeyLease, Completion, StoreError, StoredResponse,
 };
 use crate::idempotency::IdempotencyKey;
 use crate::retry::{Classify, HttpStatus};
@@ -376,7 +376,7 @@ where
     ResBody: Body<Data = Bytes>,
     ResBody::Error: Into<BoxError>,
 {
-    let lease = Lease::new(fingerprint);
+    let lease = KeyLease::new(fingerprint);
     let began = Instant::now();
     let begin = timeout(
         config.store_timeout,
@@ -384,8 +384,8 @@ where
     )
     .await;
     let failure = match begin {
-        Ok(Ok(Begin::Started)) => None,
-        Ok(Ok(Begin::Existing(entry))) => return Ok(answer_existing(&key, entry, fingerprint)),
+        Ok(Ok(Claim::Started)) => None,
+        Ok(Ok(Claim::Existing(entry))) => return Ok(answer_existing(&key, entry, fingerprint)),
         Ok(Err(err @ (StoreError::Full { .. } | StoreError::Corrupt { .. }))) => {
             Some((err.to_string(), false))
         }
@@ -445,13 +445,13 @@ where
         Ok(Ok(response)) => response,
         Ok(Err(err)) => {
             tracing::error!(key = %held.key, "the service failed after it began; the key is final");
-            let outcome = Outcome::Response(Rejection::ServiceFailed.stored());
+            let outcome = Completion::Response(Rejection::ServiceFailed.stored());
             held.complete(outcome).await;
             return Err(err);
         }
         Err(_panic) => {
             tracing::error!(key = %held.key, "the handler panicked after it began; the key is final");
-            let outcome = Outcome::Response(Rejection::HandlerPanicked.stored());
+            let outcome = Completion::Response(Rejection::HandlerPanicked.stored());
             held.complete(outcome).await;
             return Ok(Rejection::HandlerPanicked.into_response());
         }
@@ -478,7 +478,7 @@ where
                 &held.config.stored_headers,
                 data.clone(),
             );
-            held.complete(Outcome::Response(stored)).await;
+            held.complete(Completion::Response(stored)).await;
             Ok(Response::from_parts(
                 parts,
                 ResponseBody::buffered(data, trailers, None),
@@ -492,7 +492,7 @@ where
                 limit,
                 "response too large to store: delivered once, later requests with the key get 409",
             );
-            let outcome = Outcome::TooLarge {
+            let outcome = Completion::TooLarge {
                 status: parts.status,
                 limit,
             };
@@ -511,7 +511,7 @@ where
                 %error,
                 "response body failed: later requests with the key get 409",
             );
-            let outcome = Outcome::BodyFailed {
+            let outcome = Completion::BodyFailed {
                 status: parts.status,
             };
             held.complete(outcome).await;
@@ -538,7 +538,7 @@ fn answer_existing<B>(
             Rejection::KeyInUse.into_response()
         }
         Entry::Completed {
-            outcome: Outcome::TooLarge { status, limit },
+            outcome: Completion::TooLarge { status, limit },
             ..
         } => Rejection::NotStored {
             status,
@@ -546,7 +546,7 @@ fn answer_existing<B>(
         }
         .into_response(),
         Entry::Completed {
-            outcome: Outcome::BodyFailed { status },
+            outcome: Completion::BodyFailed { status },
             ..
         } => Rejection::NotStored {
             status,
@@ -554,7 +554,7 @@ fn answer_existing<B>(
         }
         .into_response(),
         Entry::Completed {
-            outcome: Outcome::Response(stored),
+            outcome: Completion::Response(stored),
             ..
         } => {
             tracing::debug!(%key, status = stored.status().as_u16(), "idempotent replay");
@@ -652,7 +652,7 @@ impl<F: Future> Future for CatchUnwind<F> {
 #[derive(Debug)]
 enum Settle {
     Release,
-    Complete(Outcome),
+    Complete(Completion),
 }
 
 impl Settle {
@@ -668,7 +668,7 @@ impl Settle {
 async fn settle_once<St: IdempotencyStore>(
     store: &St,
     key: &IdempotencyKey,
-    lease: &Lease,
+    lease: &KeyLease,
     settle: &Settle,
     config: &IdempotencyConfig,
 ) -> Result<bool, String> {
@@ -691,7 +691,7 @@ async fn settle_once<St: IdempotencyStore>(
 async fn settle_late<St: IdempotencyStore>(
     store: Arc<St>,
     key: IdempotencyKey,
-    lease: Lease,
+    lease: KeyLease,
     settle: Settle,
     config: Arc<IdempotencyConfig>,
     until: Instant,
@@ -730,7 +730,7 @@ async fn settle_late<St: IdempotencyStore>(
 async fn renew_while_held<St: IdempotencyStore>(
     store: Arc<St>,
     key: IdempotencyKey,
-    lease: Lease,
+    lease: KeyLease,
     config: Arc<IdempotencyConfig>,
     began: Instant,
 ) {
@@ -770,11 +770,11 @@ async fn renew_while_held<St: IdempotencyStore>(
 /// `release`; if the task is dropped before (the runtime shuts down, or
 /// the response body panicked), the drop settles it on a new task: a
 /// handler that had not answered frees the key, one that had answered a
-/// status that is final completes it as [`Outcome::BodyFailed`].
+/// status that is final completes it as [`Completion::BodyFailed`].
 struct Held<St: IdempotencyStore> {
     store: Option<Arc<St>>,
     key: IdempotencyKey,
-    lease: Lease,
+    lease: KeyLease,
     config: Arc<IdempotencyConfig>,
     /// The task that renews the lock while the request runs.
     renewal: tokio::task::AbortHandle,
@@ -786,7 +786,7 @@ impl<St: IdempotencyStore> Held<St> {
         self.settle(Settle::Release, why).await;
     }
 
-    async fn complete(&mut self, outcome: Outcome) {
+    async fn complete(&mut self, outcome: Completion) {
         self.settle(Settle::Complete(outcome), "the handler answered")
             .await;
     }
@@ -838,7 +838,7 @@ impl<St: IdempotencyStore> Drop for Held<St> {
         self.renewal.abort();
         let settle = match self.answered {
             None => Settle::Release,
-            Some(status) => Settle::Complete(Outcome::BodyFailed { status }),
+            Some(status) => Settle::Complete(Completion::BodyFailed { status }),
         };
         match tokio::runtime::Handle::try_current() {
             Ok(runtime) => {

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use super::store::{Begin, Entry, IdempotencyStore, Lease, Outcome, StoreError};
+use super::store::{Claim, Entry, IdempotencyStore, KeyLease, Completion, StoreError};
 use crate::error::ConfigError;
 use crate::idempotency::IdempotencyKey;
 use crate::idempotency::records::{Full, Record, Records};
@@ -30,7 +30,7 @@ use crate::idempotency::records::{Full, Record, Records};
 /// ```
 #[derive(Debug)]
 pub struct MemoryStore {
-    records: Records<IdempotencyKey, Lease, Entry>,
+    records: Records<IdempotencyKey, KeyLease, Entry>,
 }
 
 impl MemoryStore {
@@ -81,7 +81,7 @@ impl Default for MemoryStore {
     }
 }
 
-fn entry(record: Record<Lease, Entry>) -> Entry {
+fn entry(record: Record<KeyLease, Entry>) -> Entry {
     match record {
         Record::Held(lease) => Entry::InFlight {
             fingerprint: lease.fingerprint(),
@@ -98,12 +98,12 @@ impl IdempotencyStore for MemoryStore {
     async fn begin(
         &self,
         key: &IdempotencyKey,
-        lease: &Lease,
+        lease: &KeyLease,
         lock_ttl: Duration,
-    ) -> Result<Begin, StoreError> {
+    ) -> Result<Claim, StoreError> {
         match self.records.begin(key, lease, lock_ttl) {
-            Ok(None) => Ok(Begin::Started),
-            Ok(Some(found)) => Ok(Begin::Existing(entry(found))),
+            Ok(None) => Ok(Claim::Started),
+            Ok(Some(found)) => Ok(Claim::Existing(entry(found))),
             Err(Full) => Err(StoreError::Full {
                 capacity: self.capacity(),
             }),
@@ -113,8 +113,8 @@ impl IdempotencyStore for MemoryStore {
     async fn complete(
         &self,
         key: &IdempotencyKey,
-        lease: &Lease,
-        outcome: &Outcome,
+        lease: &KeyLease,
+        outcome: &Completion,
         ttl: Duration,
     ) -> Result<bool, StoreError> {
         let done = Entry::Completed {
@@ -127,13 +127,13 @@ impl IdempotencyStore for MemoryStore {
     async fn renew(
         &self,
         key: &IdempotencyKey,
-        lease: &Lease,
+        lease: &KeyLease,
         lock_ttl: Duration,
     ) -> Result<bool, StoreError> {
         Ok(self.records.renew(key, lease, lock_ttl))
     }
 
-    async fn release(&self, key: &IdempotencyKey, lease: &Lease) -> Result<bool, StoreError> {
+    async fn release(&self, key: &IdempotencyKey, lease: &KeyLease) -> Result<bool, StoreError> {
         Ok(self.records.release(key, lease))
     }
 }
@@ -144,8 +144,8 @@ mod tests {
     use crate::idempotency::server::{Fingerprint, StoredResponse};
     use http::{HeaderMap, Method, StatusCode, Uri};
 
-    fn lease(body: &[u8]) -> Lease {
-        Lease::new(Fingerprint::of(
+    fn lease(body: &[u8]) -> KeyLease {
+        KeyLease::new(Fingerprint::of(
             &Method::POST,
             &Uri::from_static("/p"),
             body,
@@ -156,8 +156,8 @@ mod tests {
         IdempotencyKey::from_string(text).unwrap()
     }
 
-    fn created() -> Outcome {
-        Outcome::Response(StoredResponse::new(
+    fn created() -> Completion {
+        Completion::Response(StoredResponse::new(
             StatusCode::CREATED,
             HeaderMap::new(),
             "ok".into(),
@@ -172,10 +172,10 @@ mod tests {
         let store = MemoryStore::default();
         let (a, b) = (lease(b"1"), lease(b"1"));
         let k = key("k");
-        assert_eq!(store.begin(&k, &a, MINUTE).await.unwrap(), Begin::Started);
+        assert_eq!(store.begin(&k, &a, MINUTE).await.unwrap(), Claim::Started);
         assert_eq!(
             store.begin(&k, &b, MINUTE).await.unwrap(),
-            Begin::Existing(Entry::InFlight {
+            Claim::Existing(Entry::InFlight {
                 fingerprint: a.fingerprint()
             })
         );
@@ -190,7 +190,7 @@ mod tests {
         tokio::time::advance(Duration::from_secs(1)).await;
         assert_eq!(store.get(&k), None);
         assert!(store.is_empty());
-        assert_eq!(store.begin(&k, &b, MINUTE).await.unwrap(), Begin::Started);
+        assert_eq!(store.begin(&k, &b, MINUTE).await.unwrap(), Claim::Started);
     }
 
     #[tokio::test(start_paused = true)]
@@ -200,7 +200,7 @@ mod tests {
         let k = key("k");
         store.begin(&k, &old, MINUTE).await.unwrap();
         tokio::time::advance(MINUTE).await;
-        assert_eq!(store.begin(&k, &new, MINUTE).await.unwrap(), Begin::Started);
+        assert_eq!(store.begin(&k, &new, MINUTE).await.unwrap(), Claim::Started);
         assert!(!store.complete(&k, &old, &created(), DAY).await.unwrap());
         assert!(store.release(&k, &new).await.unwrap());
         assert!(store.is_empty());
@@ -219,7 +219,7 @@ mod tests {
         assert_eq!(store.len(), 1);
         assert_eq!(
             store.begin(&key("c"), &l, MINUTE).await.unwrap(),
-            Begin::Started
+            Claim::Started
         );
     }
 }

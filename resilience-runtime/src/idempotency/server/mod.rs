@@ -150,5 +150,5 @@ pub use memory::MemoryStore;
 pub use redis::RedisStore;
 pub use scope::Scope;
 pub use store::{
-    Begin, Entry, Fingerprint, IdempotencyStore, Lease, Outcome, StoreError, StoredResponse,
+    Claim, Entry, Fingerprint, IdempotencyStore, KeyLease, Completion, StoreError, StoredResponse,
 };

@@ -9,7 +9,7 @@ use http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 
 use super::store::{
-    Begin, Entry, Fingerprint, IdempotencyStore, Lease, Outcome, StoreError, StoredResponse,
+    Claim, Entry, Fingerprint, IdempotencyStore, KeyLease, Completion, StoreError, StoredResponse,
 };
 use crate::idempotency::IdempotencyKey;
 use crate::idempotency::records::RedisRecords;
@@ -183,9 +183,9 @@ impl IdempotencyStore for RedisStore {
     async fn begin(
         &self,
         key: &IdempotencyKey,
-        lease: &Lease,
+        lease: &KeyLease,
         lock_ttl: Duration,
-    ) -> Result<Begin, StoreError> {
+    ) -> Result<Claim, StoreError> {
         let redis_key = self.redis_key(key);
         let previous = self
             .records
@@ -193,9 +193,9 @@ impl IdempotencyStore for RedisStore {
             .await
             .map_err(backend)?;
         match previous {
-            None => Ok(Begin::Started),
+            None => Ok(Claim::Started),
             Some(value) => codec::decode(&value)
-                .map(Begin::Existing)
+                .map(Claim::Existing)
                 .map_err(|reason| StoreError::Corrupt {
                     key: redis_key,
                     reason,
@@ -206,8 +206,8 @@ impl IdempotencyStore for RedisStore {
     async fn complete(
         &self,
         key: &IdempotencyKey,
-        lease: &Lease,
-        outcome: &Outcome,
+        lease: &KeyLease,
+        outcome: &Completion,
         ttl: Duration,
     ) -> Result<bool, StoreError> {
         self.records
@@ -224,7 +224,7 @@ impl IdempotencyStore for RedisStore {
     async fn renew(
         &self,
         key: &IdempotencyKey,
-        lease: &Lease,
+        lease: &KeyLease,
         lock_ttl: Duration,
     ) -> Result<bool, StoreError> {
         self.records
@@ -233,7 +233,7 @@ impl IdempotencyStore for RedisStore {
             .map_err(backend)
     }
 
-    async fn release(&self, key: &IdempotencyKey, lease: &Lease) -> Result<bool, StoreError> {
+    async fn release(&self, key: &IdempotencyKey, lease: &KeyLease) -> Result<bool, StoreError> {
         self.records
             .release(&self.redis_key(key), &codec::in_flight(lease))
             .await
@@ -258,15 +258,15 @@ mod codec {
     const VERSION: u8 = 1;
     const HEAD: usize = 2 + 32;
 
-    pub(super) fn in_flight(lease: &Lease) -> Vec<u8> {
+    pub(super) fn in_flight(lease: &KeyLease) -> Vec<u8> {
         let mut out = head(b'I', lease.fingerprint(), 16);
         out.extend_from_slice(&lease.token().to_be_bytes());
         out
     }
 
-    pub(super) fn completed(fingerprint: Fingerprint, outcome: &Outcome) -> Vec<u8> {
+    pub(super) fn completed(fingerprint: Fingerprint, outcome: &Completion) -> Vec<u8> {
         match outcome {
-            Outcome::Response(response) => {
+            Completion::Response(response) => {
                 let headers = response.headers();
                 let size = 6
                     + headers
@@ -286,13 +286,13 @@ mod codec {
                 out.extend_from_slice(response.body());
                 out
             }
-            Outcome::TooLarge { status, limit } => {
+            Completion::TooLarge { status, limit } => {
                 let mut out = head(b'T', fingerprint, 10);
                 out.extend_from_slice(&status.as_u16().to_be_bytes());
                 out.extend_from_slice(&limit.to_be_bytes());
                 out
             }
-            Outcome::BodyFailed { status } => {
+            Completion::BodyFailed { status } => {
                 let mut out = head(b'F', fingerprint, 2);
                 out.extend_from_slice(&status.as_u16().to_be_bytes());
                 out
@@ -346,7 +346,7 @@ mod codec {
                 let body = Bytes::copy_from_slice(input.0);
                 Ok(Entry::Completed {
                     fingerprint,
-                    outcome: Outcome::Response(StoredResponse::new(status, headers, body)),
+                    outcome: Completion::Response(StoredResponse::new(status, headers, body)),
                 })
             }
             b'T' => {
@@ -355,12 +355,12 @@ mod codec {
                     u64::from_be_bytes(input.take(8)?.try_into().map_err(|_| "truncated limit")?);
                 Ok(Entry::Completed {
                     fingerprint,
-                    outcome: Outcome::TooLarge { status, limit },
+                    outcome: Completion::TooLarge { status, limit },
                 })
             }
             b'F' => Ok(Entry::Completed {
                 fingerprint,
-                outcome: Outcome::BodyFailed {
+                outcome: Completion::BodyFailed {
                     status: input.status()?,
                 },
             }),
@@ -407,7 +407,7 @@ mod codec {
 
         #[test]
         fn records_round_trip() {
-            let lease = Lease::new(fingerprint());
+            let lease = KeyLease::new(fingerprint());
             assert_eq!(
                 decode(&in_flight(&lease)),
                 Ok(Entry::InFlight {
@@ -419,21 +419,21 @@ mod codec {
             headers.append(header::LINK, "<a>".parse().unwrap());
             headers.append(header::LINK, "<b>".parse().unwrap());
             for outcome in [
-                Outcome::Response(StoredResponse::new(
+                Completion::Response(StoredResponse::new(
                     StatusCode::CREATED,
                     headers,
                     Bytes::from_static(b"{\"id\":1}\0\xff"),
                 )),
-                Outcome::Response(StoredResponse::new(
+                Completion::Response(StoredResponse::new(
                     StatusCode::NO_CONTENT,
                     HeaderMap::new(),
                     Bytes::new(),
                 )),
-                Outcome::TooLarge {
+                Completion::TooLarge {
                     status: StatusCode::OK,
                     limit: 1 << 20,
                 },
-                Outcome::BodyFailed {
+                Completion::BodyFailed {
                     status: StatusCode::ACCEPTED,
                 },
             ] {
@@ -449,7 +449,7 @@ mod codec {
 
         #[test]
         fn leases_differ_in_their_records() {
-            let (a, b) = (Lease::new(fingerprint()), Lease::new(fingerprint()));
+            let (a, b) = (KeyLease::new(fingerprint()), KeyLease::new(fingerprint()));
             assert_ne!(in_flight(&a), in_flight(&b));
         }
 
@@ -457,7 +457,7 @@ mod codec {
         fn garbage_is_reported_not_panicked_on() {
             let good = completed(
                 fingerprint(),
-                &Outcome::TooLarge {
+                &Completion::TooLarge {
                     status: StatusCode::OK,
                     limit: 1,
                 },

@@ -108,12 +108,12 @@ impl fmt::Debug for Fingerprint {
 /// only for the same lease, so that a request whose lock expired cannot
 /// overwrite the work of the request that took the key after it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Lease {
+pub struct KeyLease {
     token: u128,
     fingerprint: Fingerprint,
 }
 
-impl Lease {
+impl KeyLease {
     /// A new lease with a random 128-bit token.
     pub fn new(fingerprint: Fingerprint) -> Self {
         let mut token = [0u8; 16];
@@ -189,7 +189,7 @@ impl StoredResponse {
 
 /// How a request that held a key ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Outcome {
+pub enum Completion {
     /// The response, replayed to every later request with the same key.
     Response(StoredResponse),
     /// The handler answered `status`, but its body was larger than the
@@ -226,7 +226,7 @@ pub enum Entry {
         /// The fingerprint of the completed request.
         fingerprint: Fingerprint,
         /// How it ended.
-        outcome: Outcome,
+        outcome: Completion,
     },
 }
 
@@ -241,7 +241,7 @@ impl Entry {
 
 /// The answer of [`IdempotencyStore::begin`].
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Begin {
+pub enum Claim {
     /// The key was free: the lease is recorded and the handler may run.
     Started,
     /// The key is taken; the handler must not run.
@@ -283,12 +283,12 @@ pub enum StoreError {
 /// (`complete`) or nothing (`release`), entries vanishing when their time
 /// to live runs out. Each method must be atomic with respect to the
 /// others, **across every process sharing the store**: two concurrent
-/// `begin`s for a free key must see exactly one [`Begin::Started`]. That
+/// `begin`s for a free key must see exactly one [`Claim::Started`]. That
 /// is what guarantees that a handler runs once per key.
 ///
 /// - [`begin`](Self::begin): if the key is free (never seen, or expired),
 ///   record `lease` as in flight for `lock_ttl` and answer
-///   [`Begin::Started`]; otherwise answer the entry found, unchanged.
+///   [`Claim::Started`]; otherwise answer the entry found, unchanged.
 /// - [`complete`](Self::complete): if the key is still in flight under
 ///   this very `lease`, replace it with the completed `outcome` for `ttl`
 ///   and answer `true`; otherwise change nothing and answer `false` (the
@@ -334,16 +334,16 @@ pub trait IdempotencyStore: Send + Sync + 'static {
     fn begin(
         &self,
         key: &IdempotencyKey,
-        lease: &Lease,
+        lease: &KeyLease,
         lock_ttl: Duration,
-    ) -> impl Future<Output = Result<Begin, StoreError>> + Send;
+    ) -> impl Future<Output = Result<Claim, StoreError>> + Send;
 
     /// Records how the request holding `lease` ended, for `ttl`.
     fn complete(
         &self,
         key: &IdempotencyKey,
-        lease: &Lease,
-        outcome: &Outcome,
+        lease: &KeyLease,
+        outcome: &Completion,
         ttl: Duration,
     ) -> impl Future<Output = Result<bool, StoreError>> + Send;
 
@@ -358,7 +358,7 @@ pub trait IdempotencyStore: Send + Sync + 'static {
     fn renew(
         &self,
         key: &IdempotencyKey,
-        lease: &Lease,
+        lease: &KeyLease,
         lock_ttl: Duration,
     ) -> impl Future<Output = Result<bool, StoreError>> + Send;
 
@@ -366,7 +366,7 @@ pub trait IdempotencyStore: Send + Sync + 'static {
     fn release(
         &self,
         key: &IdempotencyKey,
-        lease: &Lease,
+        lease: &KeyLease,
     ) -> impl Future<Output = Result<bool, StoreError>> + Send;
 }
 
@@ -385,17 +385,17 @@ impl<T: IdempotencyStore> IdempotencyStore for Arc<T> {
     fn begin(
         &self,
         key: &IdempotencyKey,
-        lease: &Lease,
+        lease: &KeyLease,
         lock_ttl: Duration,
-    ) -> impl Future<Output = Result<Begin, StoreError>> + Send {
+    ) -> impl Future<Output = Result<Claim, StoreError>> + Send {
         (**self).begin(key, lease, lock_ttl)
     }
 
     fn complete(
         &self,
         key: &IdempotencyKey,
-        lease: &Lease,
-        outcome: &Outcome,
+        lease: &KeyLease,
+        outcome: &Completion,
         ttl: Duration,
     ) -> impl Future<Output = Result<bool, StoreError>> + Send {
         (**self).complete(key, lease, outcome, ttl)
@@ -404,7 +404,7 @@ impl<T: IdempotencyStore> IdempotencyStore for Arc<T> {
     fn renew(
         &self,
         key: &IdempotencyKey,
-        lease: &Lease,
+        lease: &KeyLease,
         lock_ttl: Duration,
     ) -> impl Future<Output = Result<bool, StoreError>> + Send {
         (**self).renew(key, lease, lock_ttl)
@@ -413,7 +413,7 @@ impl<T: IdempotencyStore> IdempotencyStore for Arc<T> {
     fn release(
         &self,
         key: &IdempotencyKey,
-        lease: &Lease,
+        lease: &KeyLease,
     ) -> impl Future<Output = Result<bool, StoreError>> + Send {
         (**self).release(key, lease)
     }
