@@ -25,8 +25,8 @@ use http_body_util::BodyExt;
 use redis::Commands;
 use resilience_runtime::IdempotencyKey;
 use resilience_runtime::idempotency::server::{
-    Claim, EffectNotApplied, Entry, Fingerprint, IdempotencyConfig, IdempotencyLayer,
-    IdempotencyStore, KeyLease, Completion, RedisStore, Scope, StoreError, StoredResponse,
+    Claim, Completion, EffectNotApplied, Entry, Fingerprint, IdempotencyConfig, IdempotencyLayer,
+    IdempotencyStore, KeyLease, RedisStore, Scope, StoreError, StoredResponse,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;

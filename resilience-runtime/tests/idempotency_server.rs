@@ -17,8 +17,8 @@ use bytes::Bytes;
 use http_body_util::BodyExt;
 use resilience_runtime::IdempotencyKey;
 use resilience_runtime::idempotency::server::{
-    Claim, EffectNotApplied, Entry, Fingerprint, IdempotencyConfig, IdempotencyLayer,
-    IdempotencyStore, KeyLease, MemoryStore, Completion, Scope, StoreError,
+    Claim, Completion, EffectNotApplied, Entry, Fingerprint, IdempotencyConfig, IdempotencyLayer,
+    IdempotencyStore, KeyLease, MemoryStore, Scope, StoreError,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;

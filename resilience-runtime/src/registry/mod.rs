@@ -556,7 +556,10 @@ enum Origin {
     /// A `#[circuit_breaker]` site, at its first call.
     Site(&'static std::panic::Location<'static>),
     /// An HTTP or tower layer, which brings no settings of its own.
-    #[cfg_attr(not(any(feature = "reqwest-middleware", feature = "tower")), allow(dead_code))]
+    #[cfg_attr(
+        not(any(feature = "reqwest-middleware", feature = "tower")),
+        allow(dead_code)
+    )]
     Layer,
     /// The code: [`Registry::breaker`], [`Registry::family`], or a lookup
     /// of a name given in code.

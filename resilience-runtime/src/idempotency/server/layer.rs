@@ -23,7 +23,7 @@ use super::effect::EffectNotApplied;
 use super::reject::Rejection;
 use super::scope::Scope;
 use super::store::{
-    Claim, Entry, Fingerprint, IdempotencyStore, KeyLease, Completion, StoreError, StoredResponse,
+    Claim, Completion, Entry, Fingerprint, IdempotencyStore, KeyLease, StoreError, StoredResponse,
 };
 use crate::idempotency::IdempotencyKey;
 use crate::retry::{Classify, HttpStatus};

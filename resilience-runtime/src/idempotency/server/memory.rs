@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use super::store::{Claim, Entry, IdempotencyStore, KeyLease, Completion, StoreError};
+use super::store::{Claim, Completion, Entry, IdempotencyStore, KeyLease, StoreError};
 use crate::error::ConfigError;
 use crate::idempotency::IdempotencyKey;
 use crate::idempotency::records::{Full, Record, Records};

@@ -150,5 +150,5 @@ pub use memory::MemoryStore;
 pub use redis::RedisStore;
 pub use scope::Scope;
 pub use store::{
-    Claim, Entry, Fingerprint, IdempotencyStore, KeyLease, Completion, StoreError, StoredResponse,
+    Claim, Completion, Entry, Fingerprint, IdempotencyStore, KeyLease, StoreError, StoredResponse,
 };

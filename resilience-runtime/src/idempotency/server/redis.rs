@@ -9,7 +9,7 @@ use http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 
 use super::store::{
-    Claim, Entry, Fingerprint, IdempotencyStore, KeyLease, Completion, StoreError, StoredResponse,
+    Claim, Completion, Entry, Fingerprint, IdempotencyStore, KeyLease, StoreError, StoredResponse,
 };
 use crate::idempotency::IdempotencyKey;
 use crate::idempotency::records::RedisRecords;
