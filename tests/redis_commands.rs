@@ -34,6 +34,13 @@ struct RedisChild {
 
 impl RedisChild {
     fn start(extra: &[&str]) -> Self {
+        let redis = Self::spawn(extra);
+        redis.wait_for(|ping| ping == "+PONG");
+        redis
+    }
+
+    /// The server started, not yet waited for.
+    fn spawn(extra: &[&str]) -> Self {
         let port = free_port();
         let child = Process::new("redis-server")
             .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
@@ -43,16 +50,20 @@ impl RedisChild {
             .stderr(Stdio::null())
             .spawn()
             .expect("redis-server must be installed (apt-get install redis-server)");
-        let redis = Self { port, child };
+        Self { port, child }
+    }
+
+    /// Waits until the server's answer to `PING` is one `answered` accepts.
+    fn wait_for(&self, answered: impl Fn(&str) -> bool) {
         let deadline = Instant::now() + Duration::from_secs(10);
-        while redis.raw(&["PING"]).as_deref() != Some("+PONG") {
+        while !self.raw(&["PING"]).is_some_and(|line| answered(&line)) {
             assert!(
                 Instant::now() < deadline,
-                "redis-server on {port} did not answer"
+                "redis-server on {} did not answer",
+                self.port
             );
             std::thread::sleep(Duration::from_millis(20));
         }
-        redis
     }
 
     fn addr(&self) -> SocketAddr {
@@ -119,6 +130,22 @@ impl RedisChild {
             .filter(|(name, _)| matches!(*name, "calls" | "rejected_calls"))
             .filter_map(|(_, n)| n.trim().parse::<u64>().ok())
             .sum()
+    }
+
+    /// How many times `command` (lower case) was refused before it ran
+    /// (`rejected_calls`: `LOADING`, `READONLY`, …).
+    fn rejected(&self, command: &str) -> u64 {
+        let stats = self.commandstats();
+        stats
+            .lines()
+            .find_map(|line| line.strip_prefix(&format!("cmdstat_{command}:")))
+            .and_then(|line| {
+                line.split(',')
+                    .filter_map(|field| field.split_once('='))
+                    .find(|(name, _)| *name == "rejected_calls")
+                    .and_then(|(_, n)| n.trim().parse().ok())
+            })
+            .unwrap_or(0)
     }
 
     /// The integer at `key` (`INCRBY key 0` answers `:n`).
@@ -270,6 +297,90 @@ async fn readonly_is_retried_and_an_incr_lands_once_after_the_failover() {
         replica.calls("incr") >= 2,
         "refused at least once, then applied once"
     );
+}
+
+/// A directory of the test's own under the system's temporary one,
+/// removed on drop.
+struct TempDir(std::path::PathBuf);
+
+impl TempDir {
+    fn new(name: &str) -> Self {
+        let path =
+            std::env::temp_dir().join(format!("{name}-{}-{}", std::process::id(), free_port()));
+        std::fs::create_dir_all(&path).unwrap();
+        Self(path)
+    }
+
+    fn path(&self) -> &str {
+        self.0.to_str().unwrap()
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+// LOADING: a Redis that restarted reads its data back from disk and, until
+// it is done, refuses commands with `LOADING`. Nothing was applied, so it
+// is transient (the guide: a refusal for now is retried) and the GET is
+// retried until the load ends, then answered with the loaded value. The
+// dump is made big enough (2 million keys) that the load takes a second or
+// more, so the call meets it.
+#[tokio::test(flavor = "current_thread")]
+#[ignore = "starts its own redis-server"]
+async fn a_get_is_retried_over_loading_until_the_data_is_back() {
+    const KEYS: &str = "2000000";
+    let dir = TempDir::new("resilience-loading");
+    let files = ["--dir", dir.path(), "--dbfilename", "dump.rdb"];
+    {
+        let writer = RedisChild::start(&[&files[..], &["--enable-debug-command", "yes"]].concat());
+        // `DEBUG POPULATE` makes `key:0` … `key:N-1`, each `value:<n>`.
+        assert_eq!(
+            writer.raw(&["DEBUG", "POPULATE", KEYS]).as_deref(),
+            Some("+OK")
+        );
+        assert_eq!(writer.raw(&["SAVE"]).as_deref(), Some("+OK"));
+    }
+    let redis = RedisChild::spawn(&files);
+    redis.wait_for(|ping| ping.starts_with("-LOADING") || ping == "+PONG");
+    let conn = manager(redis.addr()).await;
+    let get = redis::cmd("GET").arg("key:42").clone();
+
+    // Still loading: the server's own refusal, classified transient.
+    let once = Policy::builder().with_max_attempts(1).build().unwrap();
+    let err = Command::new(&get)
+        .query::<Option<String>, _>(&once, &conn)
+        .await
+        .expect_err("the server is still loading its data");
+    assert!(
+        matches!(err, CommandError::Redis(ref e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::BusyLoading)),
+        "{err:?}"
+    );
+    assert_eq!(err.classify(), Verdict::Transient);
+    assert_eq!(Command::new(&get).verdict(&err), Verdict::Transient);
+    assert_eq!(err.outcome(), resilience::Outcome::Failure);
+
+    // Retried over LOADING, paused by the policy, until the load ends.
+    let policy = Policy::builder()
+        .with_max_attempts(100)
+        .with_initial(Duration::from_millis(50))
+        .with_max_interval(Duration::from_millis(200))
+        .with_max_elapsed(Duration::from_secs(8))
+        .build()
+        .unwrap();
+    let rejected_before = redis.rejected("get");
+    let value: Option<String> = Command::new(&get)
+        .query(&policy, &conn)
+        .await
+        .expect("answered once the data is loaded");
+    assert_eq!(value.as_deref(), Some("value:42"));
+    assert!(
+        redis.rejected("get") > rejected_before,
+        "the retried GET met LOADING at least once before its answer"
+    );
+    assert_eq!(redis.raw(&["DBSIZE"]).as_deref(), Some(":2000000"));
 }
 
 // WRONGTYPE is Redis's answer about the data, not a failure: not retried,
