@@ -26,6 +26,10 @@ use resilience::chaos::{HttpProxy, HttpReply, Proxy, Toxic};
 use resilience::telemetry::Labels;
 use resilience::{BreakerConfig, CircuitBreaker, Error, Policy, deadline};
 
+/// The runtime's own span collector, shared with its telemetry tests.
+#[path = "../resilience-runtime/src/telemetry/traces.rs"]
+mod traces;
+
 const ACCESS_KEY: &str = "resilience-test";
 const SECRET_KEY: &str = "resilience-test-secret";
 
@@ -248,6 +252,90 @@ async fn slow_down_twice_then_the_third_attempt_succeeds_three_requests_in_all()
     assert_eq!(at("2", "retry"), 2.0);
     assert_eq!(at("3", "success"), 2.0);
     assert_eq!(at("3", "exhausted") + at("4", "success"), 0.0);
+}
+
+// One span per logical call (SPEC §7: all attempts of one logical call
+// belong to one trace span): the PutObject that met 503 SlowDown twice is
+// one `S3.PutObject` span, the SDK's operation span, and its three
+// attempts (the SDK's `try_attempt` spans) and the policy's events about
+// them all run inside it. Were each attempt a call of its own (a loop
+// around the SDK instead of inside it), there would be three. Like the
+// suite, run with `--test-threads 1`: tracing's per-callsite cache is
+// shared with the tests running beside it on other threads.
+#[tokio::test(flavor = "current_thread")]
+#[ignore = "starts its own s3s-fs (.ci/install-servers)"]
+async fn slow_down_twice_is_one_span_holding_the_three_attempts() {
+    let server = S3Server::start();
+    bucket(&server, "avatars").await;
+    let front = HttpProxy::builder(server.addr).start().await.unwrap();
+    let retry = AwsRetry::with_labels(Labels::new("test", "s3-span"), Policy::http());
+    let s3 = policy_client(front.addr(), &retry);
+    let spans = traces::Collector::default();
+    let _guard = tracing::subscriber::set_default(spans.clone());
+
+    front.answer_next(2, HttpReply::s3_slow_down());
+    s3.put_object()
+        .bucket("avatars")
+        .key("ann")
+        .body(ByteStream::from_static(b"ann's avatar"))
+        .send()
+        .await
+        .expect("the third attempt succeeds");
+    assert_eq!((front.answered(), front.forwarded()), (2, 1), "3 requests");
+
+    let all = spans.spans();
+    let calls: Vec<_> = all
+        .iter()
+        .filter(|(_, name, _)| name == "S3.PutObject")
+        .collect();
+    assert_eq!(calls.len(), 1, "one span for the logical call: {calls:?}");
+    let (call, _, fields) = calls[0];
+    assert_eq!(spans.parent(*call), None, "the call's span is the root");
+    assert!(
+        fields.iter().any(|f| f == "rpc.method=PutObject"),
+        "{fields:?}"
+    );
+    let attempts: Vec<_> = all
+        .iter()
+        .filter(|(_, name, _)| name == "try_attempt")
+        .collect();
+    let numbered: Vec<_> = attempts
+        .iter()
+        .map(|(_, _, fields)| fields.join(","))
+        .collect();
+    assert_eq!(numbered, ["attempt=1", "attempt=2", "attempt=3"]);
+    assert!(
+        attempts.iter().all(|(id, _, _)| spans.within(*id, *call)),
+        "each attempt inside the call's span"
+    );
+
+    // The policy's account of the attempts, inside the same span.
+    let events = spans.events();
+    let policy: Vec<_> = events
+        .iter()
+        .filter(|seen| {
+            seen.message == "attempt failed, retrying after a pause"
+                || seen.message == "attempt succeeded"
+        })
+        .collect();
+    let told: Vec<_> = policy
+        .iter()
+        .map(|seen| (seen.message.as_str(), seen.fields[0].as_str()))
+        .collect();
+    assert_eq!(
+        told,
+        [
+            ("attempt failed, retrying after a pause", "attempt=1"),
+            ("attempt failed, retrying after a pause", "attempt=2"),
+            ("attempt succeeded", "attempt=3"),
+        ]
+    );
+    assert!(
+        policy
+            .iter()
+            .all(|seen| seen.span.is_some_and(|span| spans.within(span, *call))),
+        "the policy's events inside the call's span: {policy:?}"
+    );
 }
 
 // The 3 × 3 the guide warns about (SPEC §10: one retry loop per call,

@@ -23,6 +23,8 @@ pub(super) struct Seen {
 #[derive(Debug, Default)]
 struct State {
     spans: Vec<(String, Vec<String>)>,
+    /// Each span's parent, by the same index.
+    parents: Vec<Option<u64>>,
     stack: Vec<u64>,
     events: Vec<Seen>,
 }
@@ -68,6 +70,22 @@ impl Collector {
     pub(super) fn span(&self, id: u64) -> (String, Vec<String>) {
         self.state.lock().unwrap().spans[id as usize - 1].clone()
     }
+    /// The parent of span `id`: the one it was opened in, or the one it
+    /// names.
+    pub(super) fn parent(&self, id: u64) -> Option<u64> {
+        self.state.lock().unwrap().parents[id as usize - 1]
+    }
+    /// Whether span `id` is `ancestor` or opened (at any depth) inside it.
+    pub(super) fn within(&self, id: u64, ancestor: u64) -> bool {
+        let mut at = Some(id);
+        while let Some(id) = at {
+            if id == ancestor {
+                return true;
+            }
+            at = self.parent(id);
+        }
+        false
+    }
     pub(super) fn span_count(&self) -> usize {
         self.state.lock().unwrap().spans.len()
     }
@@ -94,6 +112,12 @@ impl Subscriber for Collector {
         let mut fields = Fields::default();
         span.record(&mut fields);
         let mut state = self.state.lock().unwrap();
+        let parent = if span.is_contextual() {
+            state.stack.last().copied()
+        } else {
+            span.parent().map(Id::into_u64)
+        };
+        state.parents.push(parent);
         state
             .spans
             .push((span.metadata().name().to_owned(), fields.others));
