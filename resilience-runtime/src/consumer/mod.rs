@@ -54,7 +54,10 @@
 //! `max`, `initial`… and its `[retry.*]` section of the configuration file
 //! do not apply inside a consumer (they do wherever else the fn is
 //! called); a WARN names both chains once. Its `#[circuit_breaker]` still
-//! applies to every attempt. Size the consumer's policy for the
+//! applies to every attempt, and its dependency's errors are counted in
+//! `dependency_errors_total` under the fn's own `target` (the API's, where
+//! an alert on the API looks), while `http_client_retries_total` counts
+//! the attempts under the consumer's, the chain that retries. Size the consumer's policy for the
 //! dependency, or call the fn from a task of its own
 //! (`tokio::spawn`) to give it its own chain, paying 5 × 3 attempts per
 //! message when the dependency is down.

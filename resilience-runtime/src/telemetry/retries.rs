@@ -18,6 +18,7 @@ use super::{
 /// | gave up: attempts, `max_elapsed` or deadline | `exhausted` | when [`Classify::reason`] is `Some` | WARN |
 /// | gave up: the retry budget is empty | `exhausted`, and one `http_client_retry_budget_exhausted_total` | when [`Classify::reason`] is `Some` | WARN, `give_up = "budget_empty"` |
 /// | gave up: permanent error | none (see the [module docs](super)) | when [`Classify::reason`] is `Some` | DEBUG |
+/// | gave up inside another chain's attempt (which retries) | none: the outer chain counts the attempt | when [`Classify::reason`] is `Some`, under this chain's target | DEBUG |
 ///
 /// Rejections by a circuit breaker (`circuit_open`) are counted by the
 /// breaker itself, once per rejected call, never here. When the caller's
@@ -204,16 +205,21 @@ impl RetryMetrics {
                 );
                 self.dependency_error(reason);
             }
-            // The outer chain counts this attempt as its own.
+            // The outer chain counts this attempt as its own; the error is
+            // this dependency's, filed under its target too.
             Event::GaveUp {
+                error,
                 reason: GiveUp::Nested,
                 ..
             } => {
+                let reason = reason(error);
                 tracing::debug!(
                     target: "resilience",
                     attempt,
+                    reason = reason_str(reason),
                     "attempt failed inside another chain's attempt: that chain retries"
                 );
+                self.dependency_error(reason);
             }
             Event::GaveUp {
                 error, reason: why, ..
