@@ -19,12 +19,16 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use aws_sdk_s3::config::retry::{RetryConfig, RetryPartition};
 use aws_sdk_s3::config::{BehaviorVersion, Credentials, Region};
+use aws_sdk_s3::operation::get_object::GetObjectError;
+use aws_sdk_s3::operation::put_object::PutObjectError;
 use aws_sdk_s3::primitives::ByteStream;
+use aws_smithy_runtime_api::client::orchestrator::HttpResponse;
+use aws_smithy_runtime_api::client::result::SdkError;
 use metrics_exporter_prometheus::{PrometheusHandle, PrometheusRecorder};
 use resilience::aws::{AwsRetry, runtime_error};
 use resilience::chaos::{HttpProxy, HttpReply, Proxy, Toxic};
 use resilience::telemetry::Labels;
-use resilience::{BreakerConfig, CircuitBreaker, Error, Policy, deadline};
+use resilience::{BreakerConfig, CircuitBreaker, Error, Policy, circuit_breaker, deadline, retry};
 
 /// The runtime's own span collector, shared with its telemetry tests.
 #[path = "../resilience-runtime/src/telemetry/traces.rs"]
@@ -703,4 +707,168 @@ async fn the_policys_budget_caps_the_sdks_retries() {
         "the budget cut the retries: {per_call:.2} per call"
     );
     assert_eq!(budget.balance(), 0, "spent");
+}
+
+// The guide's "one span per logical call" (SPEC §7), for an S3 call whose
+// retry is the policy's: the breaker's fn opens one `resilience.call`
+// span, and the SDK's three attempts (its `try_attempt` spans) and the
+// policy's events for them all run inside it.
+#[circuit_breaker(name = "s3-span", min = 20, ratio = 0.5)]
+async fn put_avatar(
+    s3: &aws_sdk_s3::Client,
+    name: &str,
+) -> Result<(), SdkError<PutObjectError, HttpResponse>> {
+    s3.put_object()
+        .bucket("avatars")
+        .key(name)
+        .body(ByteStream::from_static(b"ann's avatar"))
+        .send()
+        .await?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "current_thread")]
+#[ignore = "starts its own s3s-fs (.ci/install-servers)"]
+async fn slow_down_twice_in_a_breaker_fn_is_one_resilience_call_span() {
+    let server = S3Server::start();
+    bucket(&server, "avatars").await;
+    let front = HttpProxy::builder(server.addr).start().await.unwrap();
+    let (recorder, handle) = recorder();
+    let _local = metrics::set_default_local_recorder(&recorder);
+    let retry = AwsRetry::new("s3-span", Policy::http());
+    let s3 = policy_client(front.addr(), &retry);
+    let spans = traces::Collector::default();
+    let _traced = tracing::subscriber::set_default(spans.clone());
+
+    front.answer_next(2, HttpReply::s3_slow_down());
+    put_avatar(&s3, "ann")
+        .await
+        .expect("the third attempt succeeds");
+    assert_eq!(
+        (front.answered(), front.forwarded()),
+        (2, 1),
+        "3 requests reached S3"
+    );
+
+    let all = spans.spans();
+    let calls: Vec<_> = all
+        .iter()
+        .filter(|(_, name, _)| name == "resilience.call")
+        .collect();
+    assert_eq!(calls.len(), 1, "one span per logical call: {calls:?}");
+    let (call, _, fields) = calls[0];
+    for field in ["target=s3-span", "otel.kind=client", "status=ok"] {
+        assert!(fields.iter().any(|f| f == field), "{field} in {fields:?}");
+    }
+    // The SDK's span of each attempt, all three inside the call's.
+    let attempts: Vec<_> = all
+        .iter()
+        .filter(|(_, name, _)| name == "try_attempt")
+        .collect();
+    assert_eq!(attempts.len(), 3, "{attempts:?}");
+    assert!(
+        attempts.iter().all(|(id, _, _)| spans.within(*id, *call)),
+        "every attempt inside the call's span: {all:?}"
+    );
+    // The policy's event for each failed attempt, inside it too.
+    let events = spans.events();
+    let retried: Vec<_> = events
+        .iter()
+        .filter(|seen| seen.message == "attempt failed, retrying after a pause")
+        .collect();
+    assert_eq!(retried.len(), 2, "{events:?}");
+    assert!(
+        retried
+            .iter()
+            .all(|seen| seen.span.is_some_and(|span| spans.within(span, *call))),
+        "{events:?}"
+    );
+
+    // The metrics of one call: 3 attempts, one duration.
+    let at = |attempt: &'static str, result: &'static str| {
+        sample(
+            &handle,
+            "http_client_retries_total",
+            &[
+                ("target", "s3-span"),
+                ("attempt", attempt),
+                ("result", result),
+            ],
+        )
+    };
+    assert_eq!(
+        (at("1", "retry"), at("2", "retry"), at("3", "success")),
+        (1.0, 1.0, 1.0)
+    );
+    assert_eq!(
+        sample(
+            &handle,
+            "http_client_request_duration_seconds_count",
+            &[("target", "s3-span"), ("status", "ok")],
+        ),
+        1.0
+    );
+}
+
+// `#[retry]` over an SDK call, with the attribute told how the client
+// retries (the build refuses it otherwise): the client runs a policy
+// through `AwsRetry`, which makes one attempt inside the chain's, or its
+// retry is off. Either way one loop: 3 requests for 3 attempts, not 9.
+#[retry(max = 3, initial = "10ms", client_retry = "AwsRetry")]
+async fn get_through_the_policy_client(
+    s3: &aws_sdk_s3::Client,
+) -> Result<(), SdkError<GetObjectError, HttpResponse>> {
+    s3.get_object().bucket("avatars").key("ann").send().await?;
+    Ok(())
+}
+
+#[retry(max = 3, initial = "10ms", client_retry = "disabled")]
+async fn get_with_the_clients_retry_off(
+    s3: &aws_sdk_s3::Client,
+) -> Result<(), SdkError<GetObjectError, HttpResponse>> {
+    s3.get_object().bucket("avatars").key("ann").send().await?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "current_thread")]
+#[ignore = "starts its own s3s-fs (.ci/install-servers)"]
+async fn our_retry_declared_over_the_client_is_one_loop() {
+    let server = S3Server::start();
+    bucket(&server, "avatars").await;
+
+    let front = HttpProxy::builder(server.addr)
+        .answer_ratio(1.0, HttpReply::s3_slow_down())
+        .start()
+        .await
+        .unwrap();
+    let retry = AwsRetry::with_labels(Labels::new("test", "s3-declared"), Policy::http());
+    let s3 = policy_client(front.addr(), &retry);
+    let err = get_through_the_policy_client(&s3).await.unwrap_err();
+    assert_eq!(
+        err.into_service_error().meta().code(),
+        Some("SlowDown"),
+        "the last attempt's answer"
+    );
+    assert_eq!(
+        front.answered(),
+        3,
+        "the chain's 3 attempts, one request each"
+    );
+
+    let front = HttpProxy::builder(server.addr)
+        .answer_ratio(1.0, HttpReply::s3_slow_down())
+        .start()
+        .await
+        .unwrap();
+    let s3 = aws_sdk_s3::Client::from_conf(
+        client_config(front.addr())
+            .retry_config(RetryConfig::disabled())
+            .build(),
+    );
+    assert!(get_with_the_clients_retry_off(&s3).await.is_err());
+    assert_eq!(
+        front.answered(),
+        3,
+        "the chain's 3 attempts, one request each"
+    );
 }

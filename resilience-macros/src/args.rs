@@ -55,6 +55,20 @@ pub(crate) struct RetryArgs {
     pub(crate) when: Option<Arg<syn::Path>>,
     pub(crate) method: Option<Arg<Method>>,
     pub(crate) idempotent: Option<Arg<()>>,
+    /// How the client the fn calls retries by itself, declared for a fn
+    /// that fails with an AWS SDK error (`validate::client_retry`).
+    pub(crate) client_retry: Option<Arg<ClientRetry>>,
+}
+
+/// `client_retry = "…"`: how the client inside a retried fn retries on its
+/// own, so that a call has one retry loop.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ClientRetry {
+    /// The client runs a policy through `resilience::aws::AwsRetry`, which
+    /// makes one attempt inside another chain's.
+    AwsRetry,
+    /// The client's own retry is off (`RetryConfig::disabled()`).
+    Disabled,
 }
 
 /// The arguments of `#[circuit_breaker]`.
@@ -169,6 +183,7 @@ const RETRY_KEYS: &[&str] = &[
     "when",
     "method",
     "idempotent",
+    "client_retry",
 ];
 
 const BREAKER_KEYS: &[&str] = &[
@@ -217,6 +232,7 @@ const ALIASES: &[(&str, &str)] = &[
     ("half_open_probes", "half_open"),
     ("retry_if", "when"),
     ("classifier", "when"),
+    ("sdk_retry", "client_retry"),
 ];
 
 /// Keys that ask for an unbounded chain, refused outright.
@@ -260,6 +276,16 @@ pub(crate) fn parse_retry(tokens: TokenStream, errors: &mut Errors) -> RetryArgs
             }),
             "method" => one(&mut args.method, &meta, errors, method),
             "idempotent" => flag(&mut args.idempotent, &meta, errors, "idempotent"),
+            "client_retry" => one(&mut args.client_retry, &meta, errors, |v| {
+                choice(
+                    v,
+                    "client_retry",
+                    &[
+                        ("AwsRetry", ClientRetry::AwsRetry),
+                        ("disabled", ClientRetry::Disabled),
+                    ],
+                )
+            }),
             _ => unknown(&meta, &key, errors, "retry", RETRY_KEYS, BREAKER_KEYS),
         }
     });

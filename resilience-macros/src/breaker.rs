@@ -80,6 +80,11 @@ pub(crate) fn expand(args: TokenStream, input: TokenStream) -> TokenStream {
     {
         errors.push(err);
     }
+    if let (Ok(result), Some(retry)) = (&result, &retry)
+        && let Err(err) = validate::client_retry(retry, &result.ty)
+    {
+        errors.push(err);
+    }
     // A fn that is not async was refused already, and awaits nothing
     // for that reason.
     let is_async = async_trait.is_some() || item.sig.asyncness.is_some();

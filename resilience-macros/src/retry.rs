@@ -48,6 +48,11 @@ pub(crate) fn expand(args: TokenStream, input: TokenStream) -> TokenStream {
     if let Err(err) = idempotency::check(&args, &item.sig.ident, params.has_idempotency_key) {
         errors.push(err);
     }
+    if let Ok(result) = &result
+        && let Err(err) = validate::client_retry(&args, &result.ty)
+    {
+        errors.push(err);
+    }
     let result = match result {
         Ok(result) if errors.len() == 0 => result,
         Ok(_) => return item::with_errors(item, errors),

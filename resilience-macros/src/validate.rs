@@ -436,6 +436,81 @@ pub(crate) fn key_root(expr: &syn::Expr) -> Option<&syn::Ident> {
     }
 }
 
+/// The attempts a chain makes under `args`: `max`, else its preset's.
+fn max_attempts(args: &RetryArgs) -> u32 {
+    match (&args.max, args.preset.as_ref().map(|preset| preset.get())) {
+        (Some(max), _) => max.get(),
+        (None, Some(RetryPreset::Background)) => 6,
+        (None, _) => 3,
+    }
+}
+
+/// The attempts the AWS SDK's standard retry mode makes by default.
+const SDK_ATTEMPTS: u32 = 3;
+
+/// `#[retry]` over a call whose client retries by itself is refused unless
+/// the attribute says how that client retries: the signal is the AWS SDK's
+/// error type, `SdkError<…>`, anywhere in the fn's return type. The SDK
+/// retries each request 3 times by default (its standard mode), so each
+/// attempt of the chain would be 3 requests: one retry loop per call.
+pub(crate) fn client_retry(args: &RetryArgs, ty: &syn::Type) -> syn::Result<()> {
+    if args.client_retry.is_some() {
+        return Ok(());
+    }
+    let Some(error) = sdk_error(ty) else {
+        return Ok(());
+    };
+    let written = quote::quote!(#error)
+        .to_string()
+        .replace(" < ", "<")
+        .replace("< ", "<")
+        .replace(" <", "<")
+        .replace(" >", ">")
+        .replace(" ,", ",")
+        .replace(" :: ", "::");
+    let attempts = max_attempts(args);
+    Err(syn::Error::new_spanned(
+        error,
+        format!(
+            "`#[retry]` around an AWS SDK call: the fn fails with `{written}`, and an SDK client retries each request by itself unless it is told otherwise\n  = note: a call must have one retry loop: with the SDK's standard retry (its default, {SDK_ATTEMPTS} attempts) every one of this chain's {attempts} attempts is a whole SDK loop, so a throttled S3 receives {SDK_ATTEMPTS} × {attempts} = {} requests for one call, and the pauses of both loops add up past the caller's deadline\n  = help: either make the policy the client's retry, each SDK attempt then one of this chain's: build the client with `let retry = resilience::aws::AwsRetry::new(\"s3\", Policy::http());` and `config.retry_config(retry.retry_config()).retry_partition(retry.retry_partition()).retry_classifier(retry.clone()).interceptor(retry)`, and write `#[retry(client_retry = \"AwsRetry\")]`\n  = help: or turn the client's retry off, `config.retry_config(RetryConfig::disabled())`, and write `#[retry(client_retry = \"disabled\")]`\n  = help: or keep the SDK's own loop: remove `#[retry]`, bound the loop with `RetryConfig` and `TimeoutConfig`, and put only `#[circuit_breaker]` around the call",
+            SDK_ATTEMPTS * attempts
+        ),
+    ))
+}
+
+/// The first type in `ty` named `SdkError` (written with any path, with
+/// its generic arguments or not): the error of every AWS SDK operation.
+fn sdk_error(ty: &syn::Type) -> Option<&syn::Type> {
+    match ty {
+        syn::Type::Path(path) => {
+            if path
+                .path
+                .segments
+                .last()
+                .is_some_and(|last| last.ident == "SdkError")
+            {
+                return Some(ty);
+            }
+            path.path.segments.iter().find_map(|segment| {
+                let syn::PathArguments::AngleBracketed(args) = &segment.arguments else {
+                    return None;
+                };
+                args.args.iter().find_map(|arg| match arg {
+                    syn::GenericArgument::Type(inner) => sdk_error(inner),
+                    _ => None,
+                })
+            })
+        }
+        syn::Type::Reference(reference) => sdk_error(&reference.elem),
+        syn::Type::Paren(paren) => sdk_error(&paren.elem),
+        syn::Type::Group(group) => sdk_error(&group.elem),
+        syn::Type::Tuple(tuple) => tuple.elems.iter().find_map(sdk_error),
+        syn::Type::Array(array) => sdk_error(&array.elem),
+        syn::Type::Slice(slice) => sdk_error(&slice.elem),
+        _ => None,
+    }
+}
+
 /// Crates whose errors come from a database client: a fn that fails with
 /// one of them calls a database, through its pool.
 const DATABASE_CRATES: &[&str] = &[
