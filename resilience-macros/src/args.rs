@@ -52,6 +52,10 @@ pub(crate) struct RetryArgs {
     pub(crate) limit: Option<Arg<String>>,
     /// The attempts' priority in that limiter.
     pub(crate) priority: Option<Arg<LimitPriority>>,
+    /// The rate limit of that limiter (`rate = "100/s"`).
+    pub(crate) rate: Option<Arg<RateArg>>,
+    /// Its burst.
+    pub(crate) burst: Option<Arg<u32>>,
     pub(crate) when: Option<Arg<syn::Path>>,
     pub(crate) method: Option<Arg<Method>>,
     pub(crate) idempotent: Option<Arg<()>>,
@@ -95,6 +99,18 @@ pub(crate) struct BreakerArgs {
     pub(crate) limit: Option<Arg<String>>,
     /// The calls' priority in that limiter.
     pub(crate) priority: Option<Arg<LimitPriority>>,
+    /// The rate limit of that limiter (`rate = "100/s"`).
+    pub(crate) rate: Option<Arg<RateArg>>,
+    /// Its burst.
+    pub(crate) burst: Option<Arg<u32>>,
+}
+
+/// `rate = "100/s"`: read by `resilience_rules::rate`, the config file's
+/// grammar, so the attribute and the file accept the same texts.
+#[derive(Clone, Copy)]
+pub(crate) struct RateArg {
+    pub(crate) count: u32,
+    pub(crate) period: Duration,
 }
 
 /// `jitter = 0.3` or `jitter = "full"`, read by `resilience_rules::jitter`
@@ -180,6 +196,8 @@ const RETRY_KEYS: &[&str] = &[
     "budget",
     "limit",
     "priority",
+    "rate",
+    "burst",
     "when",
     "method",
     "idempotent",
@@ -204,6 +222,8 @@ const BREAKER_KEYS: &[&str] = &[
     "idle",
     "limit",
     "priority",
+    "rate",
+    "burst",
 ];
 
 /// Names other libraries use, mapped to ours.
@@ -233,6 +253,8 @@ const ALIASES: &[(&str, &str)] = &[
     ("retry_if", "when"),
     ("classifier", "when"),
     ("sdk_retry", "client_retry"),
+    ("rate_limit", "rate"),
+    ("max_burst", "burst"),
 ];
 
 /// Keys that ask for an unbounded chain, refused outright.
@@ -271,6 +293,8 @@ pub(crate) fn parse_retry(tokens: TokenStream, errors: &mut Errors) -> RetryArgs
             "budget" => one(&mut args.budget, &meta, errors, budget_name),
             "limit" => one(&mut args.limit, &meta, errors, limit_name),
             "priority" => one(&mut args.priority, &meta, errors, priority),
+            "rate" => one(&mut args.rate, &meta, errors, rate),
+            "burst" => one(&mut args.burst, &meta, errors, |v| count(v, "burst")),
             "when" => one(&mut args.when, &meta, errors, |v| {
                 path(v, "when", "my_classifier")
             }),
@@ -337,6 +361,8 @@ pub(crate) fn parse_breaker(tokens: TokenStream, errors: &mut Errors) -> Breaker
             "idle" => one(&mut args.idle, &meta, errors, duration_value),
             "limit" => one(&mut args.limit, &meta, errors, limit_name),
             "priority" => one(&mut args.priority, &meta, errors, priority),
+            "rate" => one(&mut args.rate, &meta, errors, rate),
+            "burst" => one(&mut args.burst, &meta, errors, |v| count(v, "burst")),
             _ => unknown(
                 &meta,
                 &key,
@@ -635,6 +661,38 @@ fn priority(value: &Expr) -> syn::Result<LimitPriority> {
             ("sheddable", LimitPriority::Sheddable),
         ],
     )
+}
+
+/// `rate = "100/s"`, by the rule the config file's `rate` is read with.
+fn rate(value: &Expr) -> syn::Result<RateArg> {
+    let text = match literal(value) {
+        Some(Lit::Str(text)) => text.value(),
+        Some(Lit::Int(int)) => {
+            return Err(syn::Error::new_spanned(
+                value,
+                format!(
+                    "`rate` is a number of calls per period, written as a string: `rate = \"{}/s\"`",
+                    int.base10_digits()
+                ),
+            ));
+        }
+        _ => {
+            return Err(syn::Error::new_spanned(
+                value,
+                "`rate` is a string literal `<calls>/<period>`, e.g. `rate = \"100/s\"`",
+            ));
+        }
+    };
+    resilience_rules::rate::parse(&text)
+        .map(|(count, period)| RateArg { count, period })
+        .map_err(|reason| {
+            syn::Error::new_spanned(
+                value,
+                format!(
+                    "invalid rate {text:?}: {reason}\n  = note: the rate limit admits at most that many calls per period to the dependency, with `burst` of them at once; the config file's `[limits.<name>]` reads `rate` by the same rule\n  = help: e.g. `rate = \"100/s\"`, `rate = \"6000/m\"` or `rate = \"25/100ms\"`"
+                ),
+            )
+        })
 }
 
 fn limit_name(value: &Expr) -> syn::Result<String> {

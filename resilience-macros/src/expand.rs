@@ -9,7 +9,9 @@ use resilience_rules::jitter::Kind;
 use syn::ItemFn;
 use syn::visit_mut::VisitMut;
 
-use crate::args::{BreakerArgs, BreakerPreset, LimitPriority, RetryArgs, RetryPreset};
+use crate::args::{
+    Arg, BreakerArgs, BreakerPreset, LimitPriority, RateArg, RetryArgs, RetryPreset,
+};
 use crate::async_trait::AsyncTraitBody;
 use crate::sig::{Params, ReplaceSelf, ResultType};
 
@@ -118,25 +120,46 @@ pub(crate) fn expand(plan: Plan<'_>) -> TokenStream {
     // that name (a slot per attempt, not per call); without a `#[retry]`,
     // the breaker's one call is the attempt.
     let limit = match (retry, breaker) {
-        (Some(args), _) => args.limit.as_ref().map(|l| (l, args.priority.as_ref())),
-        (None, Some(args)) => args.limit.as_ref().map(|l| (l, args.priority.as_ref())),
+        (Some(args), _) => args.limit.as_ref().map(|l| {
+            (
+                l,
+                args.priority.as_ref(),
+                limit_rate(args.rate.as_ref(), args.burst.as_ref()),
+            )
+        }),
+        (None, Some(args)) => args.limit.as_ref().map(|l| {
+            (
+                l,
+                args.priority.as_ref(),
+                limit_rate(args.rate.as_ref(), args.burst.as_ref()),
+            )
+        }),
         (None, None) => None,
     };
+    // `rate = "…"`: declared to the registry by the site (checked against
+    // the limiter's other sites when it is built) and kept by the limit
+    // site, which builds the limiter from it when nothing else configures
+    // the name.
+    let with_limit_rate = match &limit {
+        Some((_, _, Some(rate))) => quote!(.with_limit_rate(#rate)),
+        _ => TokenStream::new(),
+    };
     let (limit_site, attempt) = match limit {
-        Some((limit, priority)) => {
+        Some((limit, priority, rate)) => {
             let limit = &limit.value;
             let priority = match priority.map(|p| p.get()) {
                 Some(LimitPriority::Critical) => quote!(Critical),
                 Some(LimitPriority::Sheddable) => quote!(Sheddable),
                 Some(LimitPriority::Default) | None => quote!(Default),
             };
+            let with_rate = rate.map(|rate| quote!(.with_rate(#rate)));
             (
                 quote! {
                     static __RESILIENCE_LIMIT: ::resilience::__private::LimitSite =
                         ::resilience::__private::LimitSite::new(
                             #limit,
                             ::resilience::limit::Priority::#priority,
-                        );
+                        )#with_rate;
                 },
                 quote!(::resilience::__private::limited(&__RESILIENCE_LIMIT, #attempt)),
             )
@@ -164,7 +187,7 @@ pub(crate) fn expand(plan: Plan<'_>) -> TokenStream {
             }
             if let Some(limit) = &args.limit {
                 let limit = &limit.value;
-                site.extend(quote!(.with_limit(#limit)));
+                site.extend(quote!(.with_limit(#limit)#with_limit_rate));
             }
             // A method names its impl's type, for the site's default name.
             let owner = if sig.receiver().is_some() {
@@ -231,7 +254,10 @@ pub(crate) fn expand(plan: Plan<'_>) -> TokenStream {
         let (limit_site, with_limit) = match (&args.limit, retry) {
             (Some(limit), None) => {
                 let limit = &limit.value;
-                (limit_site.clone(), quote!(.with_limit(#limit)))
+                (
+                    limit_site.clone(),
+                    quote!(.with_limit(#limit)#with_limit_rate),
+                )
             }
             _ => (TokenStream::new(), TokenStream::new()),
         };
@@ -402,6 +428,27 @@ pub(crate) fn error_checks(result: &ResultType, classified: bool) -> TokenStream
         #classify
         ::resilience::__private::carries_runtime_errors::<#ret>(::resilience::retry::FromRuntimeError::from_runtime);
     }
+}
+
+/// `rate = "100/s", burst = 20` as the runtime's `LimitRate`, in a const
+/// expression: the rate was read and checked at compile time.
+fn limit_rate(rate: Option<&Arg<RateArg>>, burst: Option<&Arg<u32>>) -> Option<TokenStream> {
+    let rate = rate?.get();
+    let count = rate.count;
+    let nanos = u64::try_from(rate.period.as_nanos()).unwrap_or(u64::MAX);
+    let burst = match burst {
+        Some(burst) => {
+            let burst = burst.get();
+            quote!(::core::option::Option::Some(#burst))
+        }
+        None => quote!(::core::option::Option::None),
+    };
+    Some(quote! {
+        ::resilience::__private::LimitRate::new(
+            ::resilience::limit::Rate::new(#count, ::core::time::Duration::from_nanos(#nanos)),
+            #burst,
+        )
+    })
 }
 
 /// The name the startup config and the metrics know the site by: the one

@@ -7,13 +7,13 @@ use std::time::Duration;
 use syn::{Attribute, ItemFn, Signature};
 
 use resilience_rules::limits::{
-    MAX_ATTEMPTS, MAX_CALLS, MAX_IDLE, MAX_JITTER, MAX_MEMBERS, MAX_MULTIPLIER, MAX_PROBES,
-    MIN_BREAKER_TIMEOUT, MIN_IDLE, MIN_JITTER, MIN_WINDOW,
+    MAX_ATTEMPTS, MAX_BURST, MAX_CALLS, MAX_IDLE, MAX_JITTER, MAX_MEMBERS, MAX_MULTIPLIER,
+    MAX_PROBES, MIN_BREAKER_TIMEOUT, MIN_IDLE, MIN_JITTER, MIN_WINDOW,
 };
 
 use resilience_rules::jitter::{self as rules_jitter, JitterError, Kind};
 
-use crate::args::{BreakerArgs, BreakerPreset, JitterArg, RetryArgs, RetryPreset};
+use crate::args::{Arg, BreakerArgs, BreakerPreset, JitterArg, RateArg, RetryArgs, RetryPreset};
 use crate::duration::display;
 use crate::errors::Errors;
 
@@ -110,6 +110,13 @@ pub(crate) fn retry(args: &RetryArgs, errors: &mut Errors) {
             "`priority` orders the calls of a load limiter, and this chain goes through none\n  = help: add `limit = \"<dependency>\"`: each attempt then takes a slot of that limiter, and calls of a lower priority are shed first",
         ));
     }
+    limit_rate(
+        args.limit.as_ref(),
+        args.rate.as_ref(),
+        args.burst.as_ref(),
+        "this chain goes",
+        errors,
+    );
 
     if let Some(max) = &args.max {
         if max.get() == 0 {
@@ -218,6 +225,13 @@ pub(crate) fn breaker(args: &BreakerArgs, errors: &mut Errors) {
             "`priority` orders the calls of a load limiter, and this breaker's calls go through none\n  = help: add `limit = \"<dependency>\"`: each call then takes a slot of that limiter, and calls of a lower priority are shed first",
         ));
     }
+    limit_rate(
+        args.limit.as_ref(),
+        args.rate.as_ref(),
+        args.burst.as_ref(),
+        "this breaker's calls go",
+        errors,
+    );
     if let Some(ratio) = &args.ratio {
         let value = ratio.get();
         if !(value > 0.0 && value <= 1.0) {
@@ -632,11 +646,55 @@ pub(crate) fn breaker_body(item: &ItemFn) -> syn::Result<()> {
     ))
 }
 
+/// `rate` and `burst` declare the rate limit of the site's `limit`: they
+/// need one, `burst` needs a `rate`, and a burst is from 1 to
+/// [`MAX_BURST`] (`resilience_rules::rate::burst`, the runtime's rule).
+fn limit_rate(
+    limit: Option<&Arg<String>>,
+    rate: Option<&Arg<RateArg>>,
+    burst: Option<&Arg<u32>>,
+    calls: &str,
+    errors: &mut Errors,
+) {
+    if limit.is_none() {
+        if let Some(rate) = rate {
+            errors.push(rate.error(format!(
+                "`rate` sets the rate limit of a load limiter, and {calls} through none\n  = note: a rate limit belongs to the dependency, shared by every fn that calls it: it is named by `limit`, and each site of that name declares the same `rate`\n  = help: add `limit = \"<dependency>\"` beside `rate`, e.g. `limit = \"partner\", rate = \"100/s\"`"
+            )));
+        }
+        if let Some(burst) = burst {
+            errors.push(burst.error(format!(
+                "`burst` tunes the rate limit of a load limiter, and {calls} through none\n  = help: add `limit = \"<dependency>\"` and `rate`, e.g. `limit = \"partner\", rate = \"100/s\", burst = 20`"
+            )));
+        }
+    } else if let (Some(burst), None) = (burst, rate) {
+        errors.push(burst.error(
+            "`burst` tunes a rate limit, and this limiter is given no `rate`: the burst is how many of the rate's calls may go at once\n  = help: add `rate = \"<calls>/<period>\"`, e.g. `rate = \"100/s\", burst = 20`",
+        ));
+    }
+    if let Some(burst) = burst
+        && let Err(reason) = resilience_rules::rate::burst(burst.get())
+    {
+        let help = match rate {
+            Some(rate) if rate.get().count <= MAX_BURST => format!(
+                "remove `burst` to admit one period's worth at once ({}), or keep a small share of it, e.g. `burst = {}`",
+                rate.get().count,
+                (rate.get().count / 5).max(1)
+            ),
+            _ => format!("use a burst from 1 to {MAX_BURST}"),
+        };
+        errors.push(burst.error(format!(
+            "`burst = {}` is refused: {reason}\n  = help: {help}",
+            burst.get()
+        )));
+    }
+}
+
 /// `#[circuit_breaker(limit = …)]` above a `#[retry]`: a slot is held per
 /// attempt, so the limit belongs to the retry, whose attempts take it.
 pub(crate) fn limit_above_retry(limit: &crate::args::Arg<String>) -> syn::Error {
     limit.error(format!(
-        "`limit` on a `#[circuit_breaker]` above a `#[retry]`: the breaker's call lasts the whole retry chain, and a slot held through the pauses between attempts fills the limit with calls that are not running\n  = note: each attempt takes a slot of its own, freed when it ends, and a retry must get one like any new call: that is what keeps retries from multiplying the load on an overloaded dependency\n  = help: move `limit = {:?}` (and `priority`, if any) to the `#[retry(…)]` below",
+        "`limit` on a `#[circuit_breaker]` above a `#[retry]`: the breaker's call lasts the whole retry chain, and a slot held through the pauses between attempts fills the limit with calls that are not running\n  = note: each attempt takes a slot of its own, freed when it ends, and a retry must get one like any new call: that is what keeps retries from multiplying the load on an overloaded dependency\n  = help: move `limit = {:?}` (and `priority`, `rate`, `burst`, if any) to the `#[retry(…)]` below",
         limit.value
     ))
 }

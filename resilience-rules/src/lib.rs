@@ -4,7 +4,10 @@
 //!
 //! - [`duration`]: the duration grammar (`"100ms"`, `"1.5s"`), read
 //!   exactly, and its shortest printed form;
-//! - [`limits`]: the bounds on attempts, jitter, breakers and families;
+//! - [`limits`]: the bounds on attempts, jitter, breakers, families and
+//!   bursts;
+//! - [`rate`]: the rate grammar (`"100/s"`, `"25/100ms"`) and the
+//!   bounds on a burst;
 //! - [`jitter`]: the jitter vocabulary (`0.3`, `"full"`, `"additive 0.3"`);
 //! - [`suggest`]: "did you mean" for near misses;
 //! - [`idempotency`]: which HTTP methods and which fn names may be sent
@@ -22,4 +25,5 @@ pub mod duration;
 pub mod idempotency;
 pub mod jitter;
 pub mod limits;
+pub mod rate;
 pub mod suggest;

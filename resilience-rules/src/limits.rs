@@ -58,3 +58,8 @@ pub const MIN_IDLE: Duration = Duration::from_secs(1);
 
 /// The longest `idle` of a family's member: one day.
 pub const MAX_IDLE: Duration = Duration::from_secs(24 * 3600);
+
+/// The largest burst of a rate limit: the most calls it admits at once
+/// after a quiet spell. A larger one lets through at once whatever a
+/// process can send, which limits no dependency.
+pub const MAX_BURST: u32 = 1_000_000;

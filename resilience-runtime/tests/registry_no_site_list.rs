@@ -75,6 +75,20 @@ async fn get_quotes() -> Result<()> {
     Ok(())
 }
 
+// Two sites of one load limiter that declare other rates: the first to
+// run configures it.
+#[retry(limit = "partner", rate = "100/s", burst = 20)]
+async fn get_partner_quote() -> Result<()> {
+    tokio::task::yield_now().await; // the network call
+    Ok(())
+}
+
+#[retry(limit = "partner", rate = "50/s")]
+async fn get_partner_price() -> Result<()> {
+    tokio::task::yield_now().await; // the network call
+    Ok(())
+}
+
 struct Users;
 
 impl Users {
@@ -128,6 +142,7 @@ fn without_the_site_list_the_registry_learns_each_site_when_it_runs() {
     assert_eq!(registry.sites(), Vec::new());
     assert!(registry.find_breaker("payments").is_none());
 
+    let file = file!();
     runtime.block_on(async {
         // The first site of `payments` to run configures it, and the
         // registry knows the site from then on.
@@ -147,7 +162,6 @@ fn without_the_site_list_the_registry_learns_each_site_when_it_runs() {
         assert_eq!(payments.config().min_requests(), 5);
         let logged = events.take();
         assert_eq!(logged.len(), 1, "{logged:?}");
-        let file = file!();
         has_all(
             &logged[0],
             &[
@@ -221,6 +235,34 @@ fn without_the_site_list_the_registry_learns_each_site_when_it_runs() {
 
         get_quotes().await.unwrap();
 
+        // A load limiter's rate: the first site to run declares it, and a
+        // later site whose rate is not in force is an ERROR naming both
+        // rates and the later site, its calls going through the one
+        // limiter of the name.
+        get_partner_quote().await.unwrap();
+        assert!(events.take().is_empty());
+        get_partner_price().await.unwrap();
+        let partner = registry.limiter("partner").unwrap();
+        let rate = partner.as_rate().unwrap();
+        assert_eq!(
+            (rate.rate().to_string(), rate.burst()),
+            ("100/s".to_owned(), 20)
+        );
+        let logged = events.take();
+        assert_eq!(logged.len(), 1, "{logged:?}");
+        has_all(
+            &logged[0],
+            &[
+                "ERROR ",
+                "limiter=\"partner\"",
+                "load limit `partner` runs with `rate = \"100/s\"`, `burst = 20`",
+                &format!("the site at {file}:"),
+                "declares `rate = \"50/s\"`, not in force",
+                "`site-list` cargo feature",
+                "`[limits.partner]`",
+            ],
+        );
+
         // A method's section whose type is a near miss is reported at the
         // method's first call, as with the list: the method is known then.
         Users.get().await.unwrap();
@@ -245,6 +287,8 @@ fn without_the_site_list_the_registry_learns_each_site_when_it_runs() {
         [
             "quotes.get",
             "registry_no_site_list::get",
+            "registry_no_site_list::get_partner_price",
+            "registry_no_site_list::get_partner_quote",
             "combined",
             "ledger",
             "payments",
@@ -255,7 +299,7 @@ fn without_the_site_list_the_registry_learns_each_site_when_it_runs() {
         SiteConfig::Retry(policy) => assert_eq!(policy.max_attempts(), 3),
         other => panic!("{other:?}"),
     }
-    match &sites[4].config {
+    match &sites[6].config {
         SiteConfig::Breaker(config) => assert_eq!(config.min_requests(), 5),
         other => panic!("{other:?}"),
     }

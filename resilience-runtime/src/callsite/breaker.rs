@@ -10,7 +10,7 @@ use std::sync::atomic::AtomicU64;
 use crate::breaker::{
     BreakerConfig, BreakerFamily, CircuitBreaker, FamilyConfig, FamilyKey, Permit,
 };
-use crate::registry::{self, Defaults, Site, SiteDefaults};
+use crate::registry::{self, Defaults, LimitRate, Site, SiteDefaults};
 use crate::retry::{Classify, FromRuntimeError};
 use crate::telemetry::{self, CallScope, Labels, Status};
 use crate::{DependencyDown, Error};
@@ -78,6 +78,8 @@ pub struct BreakerSite<C: SiteKind = BreakerConfig> {
     /// below: the attribute's `limit`, declared so that `install()` knows
     /// its name.
     limit: Option<&'static str>,
+    /// The rate limit the attribute declares for `limit`, if any.
+    limit_rate: Option<LimitRate>,
     /// The breaker and the labels, resolved together (see
     /// [`RetrySite`](super::RetrySite)).
     resolved: OnceLock<(&'static C::Target, Labels)>,
@@ -99,6 +101,7 @@ impl<C: SiteKind> BreakerSite<C> {
             defaults,
             at: std::panic::Location::caller(),
             limit: None,
+            limit_rate: None,
             resolved: OnceLock::new(),
             fallbacks: AtomicU64::new(0),
         }
@@ -108,6 +111,14 @@ impl<C: SiteKind> BreakerSite<C> {
     /// (through a [`LimitSite`](super::LimitSite) of that name).
     pub const fn with_limit(mut self, limit: &'static str) -> Self {
         self.limit = Some(limit);
+        self
+    }
+
+    /// The same site, declaring the rate limit of its `limit`
+    /// (`rate = "100/s", burst = 20`), which the registry checks against
+    /// every other site of that limiter when it is built.
+    pub const fn with_limit_rate(mut self, rate: LimitRate) -> Self {
+        self.limit_rate = Some(rate);
         self
     }
 
@@ -143,6 +154,7 @@ impl<C: SiteKind> Site for BreakerSite<C> {
             in_impl: false,
             budget: None,
             limit: self.limit,
+            limit_rate: self.limit_rate,
             config: self.defaults.declared(),
             at: Some(self.at),
         }

@@ -5,18 +5,20 @@
 use std::future::Future;
 use std::sync::{Arc, OnceLock};
 
-use crate::limit::{LimitConfig, Limiter, Priority, VegasConfig};
-use crate::registry;
+use crate::limit::{Limiter, Priority};
+use crate::registry::{self, LimitRate};
 use crate::retry::{Classify, FromRuntimeError};
 
 /// The load limiter of one `#[retry(limit = "…")]` site: the registry's
-/// limiter of that name (`[limits.<name>]`, `RegistryBuilder::limit`), or
-/// else an adaptive limit at Netflix's Vegas defaults, shared by every site
-/// of that name; resolved on the first call.
+/// limiter of that name (`[limits.<name>]`, `RegistryBuilder::limit`, the
+/// `rate` its sites declare), or else an adaptive limit at Netflix's Vegas
+/// defaults, shared by every site of that name; resolved on the first call.
 #[derive(Debug)]
 pub struct LimitSite {
     name: &'static str,
     priority: Priority,
+    /// The attribute's `rate` and `burst`, if any.
+    rate: Option<LimitRate>,
     resolved: OnceLock<Option<Arc<Limiter>>>,
 }
 
@@ -26,8 +28,15 @@ impl LimitSite {
         Self {
             name,
             priority,
+            rate: None,
             resolved: OnceLock::new(),
         }
+    }
+
+    /// The same site, whose attribute declares the limiter's rate limit.
+    pub const fn with_rate(mut self, rate: LimitRate) -> Self {
+        self.rate = Some(rate);
+        self
     }
 }
 
@@ -39,9 +48,9 @@ where
     F: Future<Output = Result<T, E>>,
     E: Classify + FromRuntimeError,
 {
-    let limiter = site.resolved.get_or_init(|| {
-        registry::global().limiter_or_default(site.name, LimitConfig::adaptive(VegasConfig::new()))
-    });
+    let limiter = site
+        .resolved
+        .get_or_init(|| registry::global().site_limiter(site.name, site.rate));
     match limiter {
         Some(limiter) => {
             let priority = crate::limit::scoped_priority().unwrap_or(site.priority);

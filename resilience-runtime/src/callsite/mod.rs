@@ -51,7 +51,7 @@ pub use self::retry::{Owner, Resolved, RetrySite, SiteChain, retry};
 pub use crate::__resilience_register_site as register_site;
 // The attributes' expansion names linkme through here alone: it is not
 // part of the public API.
-pub use crate::registry::{SITES, Site};
+pub use crate::registry::{LimitRate, SITES, Site};
 pub use crate::retry::FromRuntimeError;
 pub use crate::retry::chain::{Attempt, Chain, Named, Scope};
 pub use crate::retry::{ByClassify, KeepLast};

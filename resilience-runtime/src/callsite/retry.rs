@@ -9,7 +9,7 @@ use std::future::Future;
 use std::ops::ControlFlow;
 use std::sync::OnceLock;
 
-use crate::registry::{self, Defaults, Site, SiteDefaults};
+use crate::registry::{self, Defaults, LimitRate, Site, SiteDefaults};
 use crate::retry::chain::{Chain, Named, Scope};
 use crate::retry::{
     ByClassify, Classify, Event, FromRuntimeError, KeepLast, Policy, PolicyBuilder, Reason,
@@ -34,6 +34,8 @@ pub struct RetrySite {
     /// The load limiter each attempt takes a slot of: the attribute's
     /// `limit`, declared here so that `install()` knows its name.
     limit: Option<&'static str>,
+    /// The rate limit the attribute declares for `limit`, if any.
+    limit_rate: Option<LimitRate>,
     defaults: PolicyBuilder,
     /// The name, policy and labels, resolved together on the first call:
     /// the registry's service label is fixed once the global registry
@@ -122,6 +124,7 @@ impl RetrySite {
             target: None,
             budget: None,
             limit: None,
+            limit_rate: None,
             defaults,
             resolved: OnceLock::new(),
         }
@@ -161,6 +164,14 @@ impl RetrySite {
     /// `limit` (through a [`LimitSite`](super::LimitSite) of that name).
     pub const fn with_limit(mut self, limit: &'static str) -> Self {
         self.limit = Some(limit);
+        self
+    }
+
+    /// The same site, declaring the rate limit of its `limit`
+    /// (`rate = "100/s", burst = 20`), which the registry checks against
+    /// every other site of that limiter when it is built.
+    pub const fn with_limit_rate(mut self, rate: LimitRate) -> Self {
+        self.limit_rate = Some(rate);
         self
     }
 
@@ -218,6 +229,7 @@ impl Site for RetrySite {
             in_impl: self.default_name && self.in_impl,
             budget: self.budget.or(self.target),
             limit: self.limit,
+            limit_rate: self.limit_rate,
             config: Defaults::Retry(self.defaults),
             at: None,
         }

@@ -164,18 +164,15 @@ impl LimitConfig {
     }
 
     /// Checks every part: a bulkhead of at least 1, the Vegas and the
-    /// throttle settings, a rate and a burst of at least 1.
+    /// throttle settings, a rate and a burst from 1 to 1,000,000.
     pub fn validate(&self) -> Result<(), ConfigError> {
         let mut errors = Vec::new();
         if let Some(rate) = self.rate {
             errors.extend(rate.rate.validate().err());
-            if rate.burst == Some(0) {
-                errors.push(ConfigError::new(
-                    "rate limit",
-                    "burst",
-                    0,
-                    "a burst of 0 would refuse every call; use at least 1 (one call at a time, spaced by the rate)",
-                ));
+            if let Some(burst) = rate.burst
+                && let Err(reason) = resilience_rules::rate::burst(burst)
+            {
+                errors.push(ConfigError::new("rate limit", "burst", burst, reason));
             }
         }
         match self.slots {

@@ -84,21 +84,8 @@ impl Rate {
     /// Checks the rate: at least one call, a period, at most one call per
     /// nanosecond.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        let reason = if self.count == 0 {
-            "a rate of 0 calls would refuse every call; use at least 1"
-        } else if self.period.is_zero() {
-            "a rate needs a period longer than 0, e.g. \"100/s\""
-        } else if self.interval().is_zero() {
-            "a rate faster than one call per nanosecond cannot be timed; use a longer period"
-        } else {
-            return Ok(());
-        };
-        Err(ConfigError::new(
-            "rate limit",
-            "rate",
-            self.to_string(),
-            reason,
-        ))
+        resilience_rules::rate::check(self.count, self.period)
+            .map_err(|reason| ConfigError::new("rate limit", "rate", self.to_string(), reason))
     }
 }
 
@@ -119,30 +106,11 @@ impl FromStr for Rate {
     type Err = ConfigError;
 
     fn from_str(text: &str) -> Result<Self, ConfigError> {
-        let refuse = |reason: &str| {
-            ConfigError::new("rate limit", "rate", format!("{text:?}"), reason.to_owned())
-        };
-        let Some((count, period)) = text.split_once('/') else {
-            return Err(refuse(
-                "a rate is written `<calls>/<period>`, e.g. \"100/s\", \"6000/m\" or \"25/100ms\"",
-            ));
-        };
-        let count: u32 = count.trim().parse().map_err(|_| {
-            refuse("the number of calls before `/` is a whole number from 1 to 4294967295")
-        })?;
-        let period = period.trim();
-        let period = match resilience_rules::duration::unit_nanos(period) {
-            Some(nanos) => Duration::from_nanos(nanos as u64),
-            None => resilience_rules::duration::parse(period).map_err(|_| {
-                refuse(
-                    "the period after `/` is a unit (`ms`, `s`, `m`, `h`) or a duration such as `10s`",
-                )
-            })?,
-        };
-        let rate = Rate::new(count, period);
-        rate.validate()
-            .map_err(|err| refuse(err.reason()))
-            .map(|()| rate)
+        // The attributes' `rate = "…"` is read by the same rule at compile
+        // time: a text refused here is refused there, for the same reason.
+        resilience_rules::rate::parse(text)
+            .map(|(count, period)| Rate::new(count, period))
+            .map_err(|reason| ConfigError::new("rate limit", "rate", format!("{text:?}"), reason))
     }
 }
 
@@ -241,7 +209,8 @@ impl RateLimit {
     ///
     /// # Errors
     ///
-    /// A burst of 0, which would refuse every call.
+    /// A burst of 0, which would refuse every call, or above 1,000,000,
+    /// which would limit nothing.
     pub fn with_burst(mut self, burst: u32) -> Result<Self, ConfigError> {
         check_burst(self.name(), burst)?;
         self.burst = burst;
@@ -313,17 +282,11 @@ impl RateLimit {
     }
 }
 
-/// Refuses a burst of 0, naming the limit.
+/// Refuses a burst of 0 or above [`MAX_BURST`](resilience_rules::limits::MAX_BURST),
+/// naming the limit.
 pub(super) fn check_burst(name: &str, burst: u32) -> Result<(), ConfigError> {
-    if burst == 0 {
-        return Err(ConfigError::new(
-            format!("rate limit `{name}`"),
-            "burst",
-            burst,
-            "a burst of 0 would refuse every call; use at least 1 (one call at a time, spaced by the rate)",
-        ));
-    }
-    Ok(())
+    resilience_rules::rate::burst(burst)
+        .map_err(|reason| ConfigError::new(format!("rate limit `{name}`"), "burst", burst, reason))
 }
 
 /// The limit's clock: tokio's, so that its paused clock drives the limit

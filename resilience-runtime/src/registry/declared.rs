@@ -10,6 +10,9 @@ use super::*;
 pub(super) struct Declared {
     pub(super) breakers: HashMap<&'static str, BreakerConfig>,
     pub(super) families: HashMap<&'static str, FamilyConfig>,
+    /// The rate limit the sites of each limiter name declare (`limit =
+    /// "<name>", rate = "100/s"`), one per name.
+    pub(super) limits: HashMap<&'static str, LimitRate>,
 }
 
 impl Declared {
@@ -25,7 +28,7 @@ impl Declared {
         let mut sites: Vec<SiteDefaults> = sites::linked().collect();
         // A stable order, for the same error from one run to the next.
         sites.sort_by_key(|site| site.at.map(|at| (at.file(), at.line(), at.column())));
-        for site in sites {
+        for site in &sites {
             let (first, config) = match site.config {
                 Defaults::Breaker(config) => {
                     if shared.code_breakers.contains_key(site.name) {
@@ -73,14 +76,57 @@ impl Declared {
                 ),
             ));
         }
+        let limits = declared_limits(shared, &sites, &mut errors);
         if let Some(err) = ConfigError::combine(errors) {
             return Err(err);
         }
         Ok(Declared {
             breakers: breakers.into_iter().map(|(k, (c, _))| (k, c)).collect(),
             families: families.into_iter().map(|(k, (c, _))| (k, c)).collect(),
+            limits,
         })
     }
+}
+
+/// The rate limit each limiter name's sites declare, one per name: two
+/// sites of one limiter with other rates (or bursts) are an error naming
+/// both sites and both values, unless the code configures that limiter
+/// whole (`RegistryBuilder::limit`: the attributes' rates are then not
+/// used). A site that names the limiter without a `rate` declares
+/// nothing, and runs through the limiter the others declare.
+fn declared_limits(
+    shared: &Shared,
+    sites: &[SiteDefaults],
+    errors: &mut Vec<ConfigError>,
+) -> HashMap<&'static str, LimitRate> {
+    let mut declaring: Vec<(&'static str, LimitRate)> = sites
+        .iter()
+        .filter_map(|site| Some((site.limit?, site.limit_rate?)))
+        .filter(|(name, _)| !shared.code_limits.contains_key(*name))
+        .collect();
+    // Where each is written: the same error from one run to the next.
+    declaring.sort_by_key(|(_, rate)| (rate.at().file(), rate.at().line(), rate.at().column()));
+    let mut limits: HashMap<&'static str, LimitRate> = HashMap::new();
+    for (name, rate) in declaring {
+        match limits.get(name) {
+            None => {
+                limits.insert(name, rate);
+            }
+            Some(first) if !first.same(&rate) => errors.push(ConfigError::new(
+                format!("load limit `{name}`"),
+                "rate",
+                format!("{first} and {rate}"),
+                format!(
+                    "the site at {} declares {first} and the site at {} declares {rate} for `limit = \"{name}\"`, so the limiter would keep whichever rate the first call brings; give both the same `rate` and `burst`, or set them once in the config file (`[limits.{}]`) or in code (`RegistryBuilder::limit`)",
+                    first.at(),
+                    rate.at(),
+                    toml_key(name),
+                ),
+            )),
+            Some(_) => {}
+        }
+    }
+    limits
 }
 
 /// Reports, at ERROR, the site at `at` whose settings for the breaker (or

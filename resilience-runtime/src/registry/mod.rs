@@ -35,7 +35,7 @@ pub use self::install::{global, install, parse_duration};
 use self::no_file::FileConfig;
 pub(crate) use self::sites::ran as site_ran;
 #[doc(hidden)]
-pub use self::sites::{Defaults, SITES, Site, SiteDefaults};
+pub use self::sites::{Defaults, LimitRate, SITES, Site, SiteDefaults};
 pub use self::sites::{SiteConfig, SiteInfo};
 use self::table::{Live, LiveFamily, Origin, Shared, first_creator};
 

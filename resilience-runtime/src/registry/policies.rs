@@ -128,8 +128,11 @@ impl Registry {
 
     /// The load limiter named `name` (see [`limit`](crate::limit)), one
     /// per name in this registry: the file's `[limits.<name>]` section, or
-    /// else the code's [`RegistryBuilder::limit`]; `None` when neither
-    /// configures it. The HTTP layers built [`from_registry`](crate::tower::ResilienceLayer)
+    /// else the code's [`RegistryBuilder::limit`], or else the rate limit
+    /// its `#[retry]` and `#[circuit_breaker]` sites declare (`limit =
+    /// "<name>", rate = "100/s"`); `None` when none configures it. A
+    /// section or the code gives the whole limiter: the attributes' `rate`
+    /// and `burst` are then not used. The HTTP layers built [`from_registry`](crate::tower::ResilienceLayer)
     /// put their attempts behind it.
     ///
     /// ```
@@ -176,6 +179,7 @@ impl Registry {
             .file
             .limit(name)
             .or_else(|| shared.code_limits.get(name).copied())
+            .or_else(|| self.declared.limits.get(name).map(LimitRate::config))
             .or(default)?;
         let leaked: &'static str = Box::leak(name.to_owned().into_boxed_str());
         // Both were checked when the registry was built.
@@ -189,4 +193,55 @@ impl Registry {
         shared.limiters.insert(name.to_owned(), limiter.clone());
         Some(limiter)
     }
+
+    /// The limiter of a `limit = "<name>"` site, which declares `declared`
+    /// (its `rate` and `burst`) or nothing: [`limiter`](Self::limiter), or
+    /// else the declared rate limit, or else an adaptive limit at Netflix's
+    /// Vegas defaults.
+    ///
+    /// With the link-time list of sites, every site's rate was checked
+    /// against the others' when the registry was built. Without it, the
+    /// first site to run configures the name, and a later one whose rate
+    /// is not in force is an ERROR naming both (its calls still go through
+    /// the name's limiter, as every other caller's do).
+    pub(crate) fn site_limiter(
+        &self,
+        name: &str,
+        declared: Option<LimitRate>,
+    ) -> Option<std::sync::Arc<crate::limit::Limiter>> {
+        let default = declared.map_or_else(
+            || crate::limit::LimitConfig::adaptive(crate::limit::VegasConfig::new()),
+            |rate| rate.config(),
+        );
+        let limiter = self.limiter_or(name, Some(default))?;
+        let configured =
+            self.file.limit(name).is_some() || self.read().code_limits.contains_key(name);
+        if let Some(declared) = declared
+            && !configured
+        {
+            let in_force = limiter.as_rate().map(|rate| (rate.rate(), rate.burst()));
+            if in_force != Some((declared.rate(), declared.burst())) {
+                limit_conflict(name, in_force, &declared);
+            }
+        }
+        Some(limiter)
+    }
+}
+
+/// Reports, at ERROR, a site whose declared rate limit is not the one
+/// its limiter runs with: possible only without the link-time list of
+/// sites, when another site of the name ran first.
+#[cold]
+fn limit_conflict(name: &str, in_force: Option<(crate::limit::Rate, u32)>, declared: &LimitRate) {
+    let in_force = match in_force {
+        Some((rate, burst)) => format!("`rate = \"{rate}\"`, `burst = {burst}`"),
+        None => "no rate limit (a site of the name without `rate` ran first)".to_owned(),
+    };
+    tracing::error!(
+        limiter = name,
+        site = %declared.at(),
+        "load limit `{name}` runs with {in_force}; the site at {at} declares {declared}, not in force. Without the link-time list of sites (the `site-list` cargo feature, off in this build or not supported by its target) a site's rate is known only once it runs, so the first to run configures the limiter: give every site of `{name}` the same `rate` and `burst`, or set them once in the config file (`[limits.{key}]`) or in code (`RegistryBuilder::limit`)",
+        at = declared.at(),
+        key = toml_key(name),
+    );
 }

@@ -14,6 +14,7 @@
 use std::fmt;
 
 use crate::breaker::{BreakerConfig, FamilyConfig};
+use crate::limit::{LimitConfig, Rate};
 use crate::retry::{Policy, PolicyBuilder};
 
 /// A site as the registry sees it; implemented by the facade's call-site
@@ -40,11 +41,78 @@ pub struct SiteDefaults {
     /// The load limiter the site's calls take their slots from, if any:
     /// the attribute's `limit`.
     pub limit: Option<&'static str>,
+    /// The rate limit the attribute declares for that limiter, if any:
+    /// its `rate` and `burst`.
+    pub limit_rate: Option<LimitRate>,
     /// The attribute's values.
     pub config: Defaults,
     /// Where the attribute is written (a `#[circuit_breaker]`'s), for an
     /// error naming the site.
     pub at: Option<&'static std::panic::Location<'static>>,
+}
+
+/// `rate = "100/s", burst = 20` beside a site's `limit`: the rate limit
+/// the attribute declares for its limiter, checked at compile time, and
+/// where it is written.
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy)]
+pub struct LimitRate {
+    rate: Rate,
+    /// `None`: the rate's count.
+    burst: Option<u32>,
+    at: &'static std::panic::Location<'static>,
+}
+
+impl LimitRate {
+    /// The rate `rate` with `burst` (`None`: the rate's count), declared
+    /// by the attribute this is expanded from.
+    #[track_caller]
+    pub const fn new(rate: Rate, burst: Option<u32>) -> Self {
+        Self {
+            rate,
+            burst,
+            at: std::panic::Location::caller(),
+        }
+    }
+
+    /// The limiter's configuration: this rate limit alone.
+    pub(crate) fn config(&self) -> LimitConfig {
+        match self.burst {
+            Some(burst) => LimitConfig::rate(self.rate).with_burst(burst),
+            None => LimitConfig::rate(self.rate),
+        }
+    }
+
+    /// The burst in force: the given one, or the rate's count.
+    pub(crate) fn burst(&self) -> u32 {
+        self.burst.unwrap_or(self.rate.count())
+    }
+
+    /// Whether two sites declare the same limit, wherever written.
+    pub(crate) fn same(&self, other: &LimitRate) -> bool {
+        self.rate == other.rate && self.burst() == other.burst()
+    }
+
+    /// The declared rate.
+    pub(crate) fn rate(&self) -> Rate {
+        self.rate
+    }
+
+    /// Where the attribute is written.
+    pub(crate) fn at(&self) -> &'static std::panic::Location<'static> {
+        self.at
+    }
+}
+
+/// `rate = "100/s", burst = 20`, as the attribute writes them.
+impl fmt::Display for LimitRate {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "`rate = \"{}\"`", self.rate)?;
+        match self.burst {
+            Some(burst) => write!(f, ", `burst = {burst}`"),
+            None => Ok(()),
+        }
+    }
 }
 
 /// The attribute's values of one site.
