@@ -7,7 +7,8 @@
 //! and the errors the callers saw.
 //!
 //! `cargo bench --bench load` (about 2.5 minutes); `-- --secs 10` for
-//! longer runs, `-- --only adaptive` for one variant.
+//! longer runs, `-- --only adaptive` for one variant, `-- --csv
+//! deploy/figures` to write the rows as the figures' CSV files.
 
 #[path = "drive.rs"]
 mod drive;
@@ -207,7 +208,9 @@ struct Storm {
     secs: f64,
 }
 
-async fn storm(client: &reqwest::Client, url: &str, server: &Server, storm: Storm) {
+/// Runs one row of the retry storm, prints it, and gives it as a line of
+/// `retry-storm.csv`.
+async fn storm(client: &reqwest::Client, url: &str, server: &Server, storm: Storm) -> String {
     let Storm {
         load,
         sustained,
@@ -290,6 +293,47 @@ async fn storm(client: &reqwest::Client, url: &str, server: &Server, storm: Stor
         report.refused,
         report.timed_out,
     );
+    let series = match (budget, limit) {
+        (false, false) => "no budget or limit",
+        (true, false) => "retry budget",
+        (false, true) => "adaptive limit",
+        (true, true) => "budget and limit",
+    };
+    format!(
+        "{load},{series},{:.2},{:.0},{:.0}",
+        requests as f64 / calls as f64,
+        report.goodput(),
+        ms(p99),
+    )
+}
+
+/// A variant's name in `load-limiting.csv`, as BENCHMARKS.md's table
+/// writes it (a CSV field holds no comma).
+fn csv_series(variant: &str) -> &'static str {
+    match variant {
+        "none" => "no limit",
+        "bulkhead 8" => "Bulkhead of 8",
+        "adaptive (ours, Vegas)" => "AdaptiveLimit (Vegas defaults)",
+        "throttle (ours, K=2)" => "Throttle (K = 2)",
+        "tower-resilience AIMD" => "tower-resilience AIMD + load_shed",
+        _ => "tower-resilience Vegas + load_shed",
+    }
+}
+
+/// Writes a figure's CSV under `dir` (`deploy/figures`, whose charts
+/// `cargo run -p resilience-figures` redraws), when asked to.
+fn write_csv(
+    dir: Option<&std::path::Path>,
+    name: &str,
+    title: &str,
+    header: &str,
+    rows: &[String],
+) {
+    let Some(dir) = dir else { return };
+    let path = dir.join(name);
+    let text = format!("# title: {title}\n{header}\n{}\n", rows.join("\n"));
+    std::fs::write(&path, text).unwrap_or_else(|err| panic!("{}: {err}", path.display()));
+    println!("wrote {}", path.display());
 }
 
 const VARIANTS: [&str; 6] = [
@@ -304,11 +348,14 @@ const VARIANTS: [&str; 6] = [
 fn main() {
     let mut args = std::env::args().skip(1);
     let (mut secs, mut only, mut storm_only) = (5.0, None::<String>, false);
+    let mut csv: Option<std::path::PathBuf> = None;
     while let Some(arg) = args.next() {
         match arg.as_str() {
             "--secs" => secs = args.next().and_then(|s| s.parse().ok()).expect("--secs N"),
             "--only" => only = args.next(),
             "--storm" => storm_only = true,
+            // The rows as the figures' CSV files, in this folder.
+            "--csv" => csv = args.next().map(Into::into),
             // What `cargo bench` passes.
             "--bench" => {}
             _ => {}
@@ -375,6 +422,7 @@ fn main() {
         println!();
         println!("| variant | load | goodput | % of sustained | p50 | p99 | p99 / unloaded | shed locally | 503 | timed out | other |");
         println!("|---|---|---|---|---|---|---|---|---|---|---|");
+        let mut rows = Vec::new();
         for name in VARIANTS {
             if storm_only {
                 break;
@@ -405,9 +453,24 @@ fn main() {
                     report.timed_out,
                     report.failed,
                 );
+                rows.push(format!(
+                    "{load},{},{:.0},{:.1}",
+                    csv_series(name),
+                    100.0 * report.goodput() / sustained,
+                    p99.as_secs_f64() / unloaded_p99.as_secs_f64(),
+                ));
                 // Let the server's queue drain between runs.
                 tokio::time::sleep(Duration::from_millis(500)).await;
             }
+        }
+        if !storm_only && only.is_none() {
+            write_csv(
+                csv.as_deref(),
+                "load-limiting.csv",
+                "Load limiting against a real overloaded server (BENCHMARKS.md)",
+                "load [× sustained],series,goodput [% of sustained],p99 [× unloaded]",
+                &rows,
+            );
         }
         if only.is_some() {
             return;
@@ -417,6 +480,7 @@ fn main() {
         println!();
         println!("| retry budget | adaptive limit | load | requests per call | goodput | % of sustained | p99 | shed locally | 503 | timed out |");
         println!("|---|---|---|---|---|---|---|---|---|---|");
+        let mut rows = Vec::new();
         for load in [2.0, 4.0] {
             for (budget, limit) in [(false, false), (true, false), (false, true), (true, true)] {
                 let row = Storm {
@@ -426,10 +490,17 @@ fn main() {
                     limit,
                     secs,
                 };
-                storm(&client, &url, &server, row).await;
+                rows.push(storm(&client, &url, &server, row).await);
                 tokio::time::sleep(Duration::from_secs(2)).await;
             }
         }
+        write_csv(
+            csv.as_deref(),
+            "retry-storm.csv",
+            "A retry storm against an overloaded dependency, 5 replicas (RELIABILITY.md)",
+            "load [× sustained],series,requests per call [requests / call],goodput [calls/s],p99 [ms]",
+            &rows,
+        );
     });
 }
 
