@@ -93,7 +93,8 @@ pub mod redis_commands;
 #[cfg(any(
     feature = "idempotency-redis",
     feature = "breaker-redis",
-    feature = "consumer-redis"
+    feature = "consumer-redis",
+    feature = "limit-redis"
 ))]
 mod redis_link;
 pub mod registry;

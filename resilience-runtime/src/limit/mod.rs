@@ -58,6 +58,8 @@
 mod adaptive;
 mod bulkhead;
 mod config;
+#[cfg(feature = "limit-redis")]
+mod fleet;
 mod keyed;
 mod limiter;
 mod priority;
@@ -71,6 +73,8 @@ mod vegas;
 pub use adaptive::{AdaptiveLimit, LimitPermit};
 pub use bulkhead::{Bulkhead, BulkheadPermit};
 pub use config::LimitConfig;
+#[cfg(feature = "limit-redis")]
+pub use fleet::FleetRateLimit;
 pub use keyed::KeyedRateLimit;
 pub use limiter::Limiter;
 pub(crate) use priority::scoped as scoped_priority;

@@ -12,7 +12,8 @@ mod facade {
     use super::super::{
         BREAKER_SHARED_FALLBACK, BREAKER_STATE, BREAKER_TRIPS_TOTAL, CONCURRENCY_LIMIT,
         DEPENDENCY_ERRORS_TOTAL, FALLBACKS_TOTAL, HEDGES_TOTAL, IN_FLIGHT,
-        RATE_LIMIT_ADMITTED_TOTAL, RATE_LIMIT_WAIT_SECONDS, REQUEST_DURATION_SECONDS,
+        RATE_LIMIT_ADMITTED_TOTAL, RATE_LIMIT_LEASE_TOKENS, RATE_LIMIT_REDIS_ROUND_TRIPS_TOTAL,
+        RATE_LIMIT_SHARED_FALLBACK, RATE_LIMIT_WAIT_SECONDS, REQUEST_DURATION_SECONDS,
         RETRIES_TOTAL, RETRY_BUDGET_EXHAUSTED_TOTAL, SHED_TOTAL, THROTTLE_PROBABILITY,
     };
     use super::Labels;
@@ -230,6 +231,21 @@ mod facade {
                 name(RATE_LIMIT_WAIT_SECONDS),
                 Some(Unit::Seconds),
                 text("How long the calls that waited for their place in a rate limit's schedule waited."),
+            );
+            r.describe_gauge(
+                name(RATE_LIMIT_LEASE_TOKENS),
+                None,
+                text("Tokens of the last lease a replica took from a rate quota shared through Redis."),
+            );
+            r.describe_counter(
+                name(RATE_LIMIT_REDIS_ROUND_TRIPS_TOTAL),
+                Some(Unit::Count),
+                text("Lease requests a rate limit shared through Redis sent to Redis, answered or not."),
+            );
+            r.describe_gauge(
+                name(RATE_LIMIT_SHARED_FALLBACK),
+                None,
+                text("1 while a rate limit shared through Redis admits its share of the quota alone (Redis does not answer), 0 while it leases."),
             );
             r.describe_counter(
                 name(FALLBACKS_TOTAL),

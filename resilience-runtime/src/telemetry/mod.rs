@@ -186,6 +186,19 @@ pub const RATE_LIMIT_ADMITTED_TOTAL: &str = "http_client_rate_limit_admitted_tot
 /// how long calls waited for their place in a rate limit's schedule (only
 /// the calls that waited).
 pub const RATE_LIMIT_WAIT_SECONDS: &str = "http_client_rate_limit_wait_seconds";
+/// `http_client_rate_limit_lease_tokens{service,target}`: a gauge, the
+/// tokens of the last lease a replica of a
+/// [`FleetRateLimit`](crate::limit) took from the fleet's quota in Redis.
+pub const RATE_LIMIT_LEASE_TOKENS: &str = "http_client_rate_limit_lease_tokens";
+/// `http_client_rate_limit_redis_round_trips_total{service,target}`: a
+/// counter of the lease requests a fleet rate limit sent to Redis,
+/// answered or not.
+pub const RATE_LIMIT_REDIS_ROUND_TRIPS_TOTAL: &str =
+    "http_client_rate_limit_redis_round_trips_total";
+/// `http_client_rate_limit_shared_fallback{service,target}`: a gauge, 1
+/// while a fleet rate limit admits its share of the quota alone (Redis
+/// does not answer, or has not yet), 0 while it leases from the fleet.
+pub const RATE_LIMIT_SHARED_FALLBACK: &str = "http_client_rate_limit_shared_fallback";
 
 /// Every metric of this module, by name: the ones [`describe`] describes
 /// and the guide's [table](crate::guide#metrics-and-alerts) lists (a test
@@ -195,7 +208,7 @@ pub const RATE_LIMIT_WAIT_SECONDS: &str = "http_client_rate_limit_wait_seconds";
 /// use resilience::telemetry;
 ///
 /// assert!(telemetry::METRICS.contains(&telemetry::RETRIES_TOTAL));
-/// assert_eq!(telemetry::METRICS.len(), 15);
+/// assert_eq!(telemetry::METRICS.len(), 18);
 /// ```
 pub const METRICS: &[&str] = &[
     RETRIES_TOTAL,
@@ -213,6 +226,9 @@ pub const METRICS: &[&str] = &[
     THROTTLE_PROBABILITY,
     RATE_LIMIT_ADMITTED_TOTAL,
     RATE_LIMIT_WAIT_SECONDS,
+    RATE_LIMIT_LEASE_TOKENS,
+    RATE_LIMIT_REDIS_ROUND_TRIPS_TOTAL,
+    RATE_LIMIT_SHARED_FALLBACK,
 ];
 
 /// Histogram buckets for [`REQUEST_DURATION_SECONDS`] and

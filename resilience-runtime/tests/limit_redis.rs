@@ -1,0 +1,272 @@
+//! A rate quota shared by five replicas (five limits, each with its own
+//! connection) through the real Redis: at 127.0.0.1:6379, and on a
+//! `redis-server` of the test's own that is killed and frozen by its PID.
+//! Ignored by default; run with
+//! `cargo test -p resilience-runtime --features limit-redis --test limit_redis -- --ignored --test-threads 1`.
+
+use std::process::Command;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::time::Duration;
+
+use resilience_runtime::limit::{FleetRateLimit, Priority, Rate};
+use tokio::time::{Instant, sleep};
+
+const QUOTA: u32 = 1000;
+const REPLICAS: usize = 5;
+/// The admissions of the whole fleet, per 10 ms.
+const SLOTS: usize = 4000;
+
+fn redis_cli(port: u16, args: &[&str]) -> String {
+    let out = Command::new("redis-cli")
+        .args(["-h", "127.0.0.1", "-p", &port.to_string()])
+        .args(args)
+        .output()
+        .expect("redis-cli runs");
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
+fn unique(name: &str) -> &'static str {
+    use std::hash::{BuildHasher, RandomState};
+    let n = RandomState::new().hash_one(std::time::SystemTime::now()) as u32;
+    Box::leak(format!("{name}-{n:08x}").into_boxed_str())
+}
+
+/// Five replicas offered a call every millisecond each (five times their
+/// share), counting the fleet's admissions per 10 ms and the longest time
+/// a call spent in its limiter.
+struct Fleet {
+    limits: Vec<Arc<FleetRateLimit>>,
+    slots: Arc<Vec<AtomicU32>>,
+    slowest: Arc<AtomicU64>,
+    start: Instant,
+}
+
+impl Fleet {
+    fn start(url: &'static str, name: &'static str) -> Fleet {
+        let slots: Arc<Vec<AtomicU32>> = Arc::new((0..SLOTS).map(|_| AtomicU32::new(0)).collect());
+        let slowest = Arc::new(AtomicU64::new(0));
+        let start = Instant::now();
+        let limits: Vec<Arc<FleetRateLimit>> = (0..REPLICAS)
+            .map(|_| Arc::new(FleetRateLimit::new(name, Rate::per_second(QUOTA), url).unwrap()))
+            .collect();
+        for limit in &limits {
+            let (limit, slots, slowest) = (limit.clone(), slots.clone(), slowest.clone());
+            tokio::spawn(async move {
+                let mut tick = tokio::time::interval(Duration::from_millis(1));
+                loop {
+                    tick.tick().await;
+                    let before = std::time::Instant::now();
+                    let admitted = limit.try_acquire(Priority::Default).is_ok();
+                    let spent = before.elapsed().as_nanos() as u64;
+                    slowest.fetch_max(spent, Ordering::Relaxed);
+                    if admitted {
+                        let slot = start.elapsed().as_millis() as usize / 10;
+                        if let Some(slot) = slots.get(slot) {
+                            slot.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                }
+            });
+        }
+        Fleet {
+            limits,
+            slots,
+            slowest,
+            start,
+        }
+    }
+
+    /// Admissions in each 1 s window starting at every 10 ms from `from`
+    /// to `to` seconds.
+    fn windows(&self, from: f64, to: f64) -> Vec<u32> {
+        let counts: Vec<u32> = self
+            .slots
+            .iter()
+            .map(|s| s.load(Ordering::Relaxed))
+            .collect();
+        let (from, to) = ((from * 100.0) as usize, (to * 100.0) as usize);
+        (from..to.saturating_sub(100))
+            .map(|start| counts[start..start + 100].iter().sum())
+            .collect()
+    }
+
+    fn all(&self, what: impl Fn(&FleetRateLimit) -> bool) -> bool {
+        self.limits.iter().all(|l| what(l))
+    }
+
+    async fn until(&self, what: &str, limit: Duration, done: impl Fn(&Fleet) -> bool) {
+        let start = Instant::now();
+        while !done(self) {
+            assert!(start.elapsed() < limit, "{what}: not within {limit:?}");
+            sleep(Duration::from_millis(5)).await;
+        }
+    }
+
+    fn now(&self) -> f64 {
+        self.start.elapsed().as_secs_f64()
+    }
+}
+
+/// One quota of 1,000/s (burst 1,000) for five replicas each offered
+/// 1,000 calls a second: no 1 s window above quota + burst, and most of
+/// the quota used once every replica leases; far fewer Redis round trips
+/// than calls; no call waits on Redis.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs Redis at 127.0.0.1:6379"]
+async fn five_replicas_share_one_quota_without_overshoot() {
+    let fleet = Fleet::start("redis://127.0.0.1:6379/", unique("five"));
+    fleet
+        .until("all lease", Duration::from_secs(3), |f| {
+            f.all(|l| l.is_leasing() && l.replicas() == 5)
+        })
+        .await;
+    let settled = fleet.now() + 1.0;
+    sleep(Duration::from_secs_f64(settled + 8.0 - fleet.now())).await;
+    let windows = fleet.windows(0.0, fleet.now());
+    let max = windows.iter().max().copied().unwrap();
+    assert!(
+        max <= 2 * QUOTA,
+        "a 1 s window admitted {max} > quota + burst"
+    );
+    let steady = fleet.windows(settled, settled + 8.0);
+    let used: u32 = steady.iter().step_by(100).sum::<u32>() / 7;
+    assert!(
+        used >= QUOTA * 9 / 10,
+        "{used} a second used of {QUOTA}: {steady:?}"
+    );
+    let round_trips: u64 = fleet.limits.iter().map(|l| l.round_trips()).sum();
+    let admitted: u32 = fleet.windows(0.0, fleet.now()).iter().step_by(100).sum();
+    assert!(
+        (round_trips as f64) < f64::from(admitted) / 50.0,
+        "{round_trips} round trips for {admitted} calls"
+    );
+    let slowest = Duration::from_nanos(fleet.slowest.load(Ordering::Relaxed));
+    assert!(
+        slowest < Duration::from_millis(5),
+        "a call spent {slowest:?} in its limiter"
+    );
+}
+
+/// A `redis-server` of this test's own, on its own port, stopped by its
+/// PID (on drop too).
+struct OwnRedis(std::process::Child);
+
+impl OwnRedis {
+    async fn start(port: u16) -> OwnRedis {
+        let child = Command::new("redis-server")
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .expect("redis-server starts");
+        let server = OwnRedis(child);
+        let start = Instant::now();
+        while redis_cli(port, &["PING"]) != "PONG" {
+            assert!(
+                start.elapsed() < Duration::from_secs(5),
+                "own redis answers"
+            );
+            sleep(Duration::from_millis(20)).await;
+        }
+        server
+    }
+
+    fn signal(&self, signal: &str) {
+        let status = Command::new("kill")
+            .args([signal, &self.0.id().to_string()])
+            .status()
+            .expect("kill runs");
+        assert!(status.success());
+    }
+}
+
+impl Drop for OwnRedis {
+    fn drop(&mut self) {
+        self.signal("-CONT");
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// The fleet's windows while Redis is away: each replica at its share,
+/// the fleet between 80 % and 100 % of the quota. A GCRA at a rate `r`
+/// admits `r t + 1` calls in a span `t` (both ends of the span may hold
+/// one), so a 1 s window of five replicas each at its share may count
+/// one call more per replica than the quota: the 100 % is `QUOTA +
+/// REPLICAS` in calls counted.
+fn assert_alone(fleet: &Fleet, from: f64, to: f64, what: &str) {
+    let windows = fleet.windows(from, to);
+    let (min, max) = (
+        windows.iter().min().copied().unwrap(),
+        windows.iter().max().copied().unwrap(),
+    );
+    assert!(
+        min >= QUOTA * 8 / 10 && max <= QUOTA + REPLICAS as u32,
+        "{what}: 1 s windows between {min} and {max}, not within 80-100 % of {QUOTA}"
+    );
+}
+
+/// Redis killed, then restarted; frozen (SIGSTOP), then woken (SIGCONT):
+/// each time every replica falls back to its share (a fifth of the quota)
+/// without any call waiting on Redis, and leases again once Redis answers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs redis-server on the PATH"]
+async fn redis_killed_or_frozen_each_replica_admits_its_share_then_leases_again() {
+    const PORT: u16 = 6393;
+    let url = "redis://127.0.0.1:6393/";
+    let mut server = OwnRedis::start(PORT).await;
+    let fleet = Fleet::start(url, unique("outage"));
+    fleet
+        .until("all lease", Duration::from_secs(3), |f| {
+            f.all(|l| l.is_leasing() && l.replicas() == 5)
+        })
+        .await;
+    sleep(Duration::from_secs(2)).await;
+
+    // Killed: every replica alone within a lease period.
+    drop(server);
+    let killed = fleet.now();
+    fleet
+        .until("all alone after the kill", Duration::from_secs(1), |f| {
+            f.all(|l| !l.is_leasing())
+        })
+        .await;
+    sleep(Duration::from_secs(4)).await;
+    assert_alone(&fleet, killed + 1.0, fleet.now(), "Redis killed");
+    server = OwnRedis::start(PORT).await;
+    fleet
+        .until("all lease after the restart", Duration::from_secs(3), |f| {
+            f.all(|l| l.is_leasing())
+        })
+        .await;
+    sleep(Duration::from_secs(2)).await;
+
+    // Frozen: detected by the lease request's timeout.
+    server.signal("-STOP");
+    let frozen = fleet.now();
+    fleet
+        .until("all alone after the freeze", Duration::from_secs(1), |f| {
+            f.all(|l| !l.is_leasing())
+        })
+        .await;
+    sleep(Duration::from_secs(4)).await;
+    assert_alone(&fleet, frozen + 1.0, fleet.now(), "Redis frozen");
+    server.signal("-CONT");
+    fleet
+        .until("all lease after SIGCONT", Duration::from_secs(3), |f| {
+            f.all(|l| l.is_leasing())
+        })
+        .await;
+    let windows = fleet.windows(0.0, fleet.now());
+    let max = windows.iter().max().copied().unwrap();
+    assert!(
+        max <= 2 * QUOTA,
+        "a 1 s window admitted {max} > quota + burst"
+    );
+    let slowest = Duration::from_nanos(fleet.slowest.load(Ordering::Relaxed));
+    assert!(
+        slowest < Duration::from_millis(5),
+        "a call spent {slowest:?} in its limiter"
+    );
+}
