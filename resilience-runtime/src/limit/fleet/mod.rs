@@ -1,74 +1,5 @@
-//! A rate limit whose quota is shared by the replicas of a service
-//! through Redis, with no Redis round trip on the call path.
-//!
-//! Each replica leases tokens from one bucket kept in Redis and admits
-//! calls from what it holds, in memory; a background task asks for the
-//! next lease before the last one runs out. How much and when:
-//!
-//! - **The bucket** is a GCRA at the quota's rate `Q` on Redis' own clock
-//!   (`TIME`, in a Lua script, so the replicas' clocks do not matter),
-//!   whose tolerance, the *bank*, lets it hold at most `K` tokens no one
-//!   has taken. A lease of `n` tokens takes at most what the bucket holds.
-//! - **The lease period** `P` and **life** `E` are drawn from the burst
-//!   `B`, whose span is `D = B / Q`: a lease lives `E = 0.6 D`, a replica
-//!   asks for the next one `P = 0.55 D` after the last, and a request not
-//!   answered within `E − P = 0.05 D` counts as Redis being down, while
-//!   the last lease still has tokens to give. The bank is what is left of
-//!   the burst: `K = B − Q E` (`0.4 D` of quota).
-//! - **A lease's size** is one lease period of the replica's recent rate,
-//!   plus a tenth: its demand, but at most 1.25 times what it admitted or
-//!   its share of the quota (`Q ÷ replicas`), whichever is larger, so a
-//!   replica grows into a quota the others leave unused within a few
-//!   periods without draining the bank in one lease. A lease's tokens are
-//!   spent at an even pace over the lease period (a quarter of them at
-//!   once at most), and void `E` after the request that brought them.
-//! - **Replicas lease at a random phase** of the period: one started with
-//!   the others first only announces itself, then leases at a random
-//!   point of the period, its first lease capped at its share.
-//!
-//! # The bound
-//!
-//! Take any 1 s window `[a, a + 1 s]`. A call admitted in it was admitted
-//! from a token granted by Redis after `a − E` (older tokens are void by
-//! `a`: a lease's life runs from its request, which precedes Redis'
-//! grant). The bucket grants at most `Q s + K` tokens in any span `s`
-//! (its arrival time moves one interval per token and never runs more
-//! than the bank ahead of Redis' clock), so the window admits at most
-//!
-//! ```text
-//! Q (1 s + E) + K = Q + Q E + (B − Q E) = Q + B
-//! ```
-//!
-//! — the quota plus its burst, as a local [`RateLimit`](super::RateLimit)
-//! of the same rate and burst would.
-//!
-//! # Why most of the quota is used
-//!
-//! Tokens are lost in three ways. (1) The bucket overflows when no
-//! replica leases for longer than the bank lasts (`K / Q = 0.4 D`):
-//! with `N` replicas at random phases of `P = 0.55 D`, the chance a gap
-//! between two leases passes `0.4 D` is small for `N ≥ 2`, and the loss
-//! `E[Σ max(0, gap − 0.4 D)] / P = (1 − 0.4 / 0.55)^N`, 0.15 % for five
-//! replicas. (2) A lease's tokens void at its end: a replica offered more
-//! than its lease spends it all at its pace; one offered less asked for a
-//! tenth over its demand. (3) A replica's first lease after an outage
-//! asks for its share; the bank, restarted after two periods without a
-//! lease, holds one share. Round trips: one a lease period per replica,
-//! `N / P` a second; at `B = Q` (a burst of one second's quota), 9.1 a
-//! second for five replicas, under 10 per 1,000 calls at a quota of
-//! 1,000/s used at 91 % or more.
-//!
-//! # Redis down or frozen
-//!
-//! A lease request that fails or goes unanswered for `E − P` makes the
-//! replica fall back to a local GCRA at its share, `Q ÷ replicas` (the
-//! replicas that announced themselves within the last four periods, as
-//! the last answer counted them), with a burst of `B ÷ replicas`, from the
-//! moment its leases stop, and say so once at WARN
-//! (`http_client_rate_limit_shared_fallback` is 1 meanwhile). It asks
-//! again every period on a new connection and leases again at the first
-//! answer. Never unlimited, never zero. A replica that never reached Redis
-//! counts itself alone: its share is the whole quota.
+//! A rate quota shared by the replicas of a service through Redis; see
+//! [`FleetRateLimit`].
 
 mod link;
 mod script;
@@ -96,8 +27,8 @@ use crate::telemetry::Labels;
 /// A call is admitted or refused in memory, like
 /// [`RateLimit::try_acquire`](super::RateLimit::try_acquire), from
 /// tokens this replica leased from Redis in the background; see
-/// [the module](self) for how leases are sized, the bound on any
-/// second (`rate + burst`), and what happens while Redis is down (each
+/// below for how leases are sized, the bound on any second (`rate +
+/// burst`), and what happens while Redis is down (each
 /// replica admits its share of the quota alone). Priorities keep a reserve
 /// of each lease as [`RateLimit`](super::RateLimit) keeps one of its
 /// burst; a refused call carries [when to come
@@ -105,6 +36,79 @@ use crate::telemetry::Labels;
 ///
 /// The lease task starts with the first call on a tokio runtime; until
 /// the first lease (less than one lease period) calls are refused.
+///
+/// # How it leases
+///
+/// Each replica leases tokens from one bucket kept in Redis and admits
+/// calls from what it holds, in memory; a background task asks for the
+/// next lease before the last one runs out. How much and when:
+///
+/// - **The bucket** is a GCRA at the quota's rate `Q` on Redis' own clock
+///   (`TIME`, in a Lua script, so the replicas' clocks do not matter),
+///   whose tolerance, the *bank*, lets it hold at most `K` tokens no one
+///   has taken. A lease of `n` tokens takes at most what the bucket holds.
+/// - **The lease period** `P` and **life** `E` are drawn from the burst
+///   `B`, whose span is `D = B / Q`: a lease lives `E = 0.6 D`, a replica
+///   asks for the next one `P = 0.55 D` after the last, and a request not
+///   answered within `E − P = 0.05 D` counts as Redis being down, while
+///   the last lease still has tokens to give. The bank is what is left of
+///   the burst: `K = B − Q E` (`0.4 D` of quota).
+/// - **A lease's size** is one lease period of the replica's recent rate,
+///   plus a tenth: its demand, but at most 1.25 times what it admitted or
+///   its share of the quota (`Q ÷ replicas`), whichever is larger, so a
+///   replica grows into a quota the others leave unused within a few
+///   periods without draining the bank in one lease. A lease's tokens are
+///   spent at an even pace over the lease period (a quarter of them at
+///   once at most), and void `E` after the request that brought them.
+/// - **Replicas lease at a random phase** of the period: one started with
+///   the others first only announces itself, then leases at a random
+///   point of the period, its first lease capped at its share.
+///
+/// # The bound
+///
+/// Take any 1 s window `[a, a + 1 s]`. A call admitted in it was admitted
+/// from a token granted by Redis after `a − E` (older tokens are void by
+/// `a`: a lease's life runs from its request, which precedes Redis'
+/// grant). The bucket grants at most `Q s + K` tokens in any span `s`
+/// (its arrival time moves one interval per token and never runs more
+/// than the bank ahead of Redis' clock), so the window admits at most
+///
+/// ```text
+/// Q (1 s + E) + K = Q + Q E + (B − Q E) = Q + B
+/// ```
+///
+/// — the quota plus its burst, as a local [`RateLimit`](super::RateLimit)
+/// of the same rate and burst would.
+///
+/// # Why most of the quota is used
+///
+/// Tokens are lost in three ways. (1) The bucket overflows when no
+/// replica leases for longer than the bank lasts (`K / Q = 0.4 D`):
+/// with `N` replicas at random phases of `P = 0.55 D`, the chance a gap
+/// between two leases passes `0.4 D` is small for `N ≥ 2`, and the loss
+/// `E[Σ max(0, gap − 0.4 D)] / P = (1 − 0.4 / 0.55)^N`, 0.15 % for five
+/// replicas. (2) A lease's tokens void at its end: a replica offered more
+/// than its lease spends it all at its pace; one offered less asked for a
+/// tenth over its demand. (3) A replica's first lease after an outage
+/// asks for its share; the bank, restarted after two periods without a
+/// lease, holds one share. Round trips: one a lease period per replica,
+/// `N / P` a second; at `B = Q` (a burst of one second's quota), 9.1 a
+/// second for five replicas, under 10 per 1,000 calls at a quota of
+/// 1,000/s used at 91 % or more.
+///
+/// # Redis down or frozen
+///
+/// A lease request that fails or goes unanswered for `E − P` makes the
+/// replica fall back to a local GCRA at its share, `Q ÷ replicas` (the
+/// replicas that announced themselves within the last four periods, as
+/// the last answer counted them), with a burst of `B ÷ replicas`, from the
+/// moment its leases stop, and say so once at WARN
+/// (`http_client_rate_limit_shared_fallback` is 1 meanwhile). It asks
+/// again every period on a new connection and leases again at the first
+/// answer. Never unlimited, never zero. A replica that never reached Redis
+/// counts itself alone: its share is the whole quota.
+///
+/// # Example
 ///
 /// ```no_run
 /// use resilience::limit::{FleetRateLimit, Priority, Rate};
@@ -189,7 +193,7 @@ impl FleetRateLimit {
     }
 
     /// The same limit, admitting up to `burst` calls at once across the
-    /// fleet; it sets the lease period (see [the module](self)).
+    /// fleet; it sets the lease period (see [how it leases](Self#how-it-leases)).
     ///
     /// # Errors
     ///
