@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use super::limiter::RatePart;
 use super::{
     AdaptiveLimit, Bulkhead, Limiter, Rate, RateLimit, Throttle, ThrottleConfig, VegasConfig,
 };
@@ -44,6 +45,8 @@ struct RateConfig {
     /// `None`: the rate's count.
     burst: Option<u32>,
     max_wait: Duration,
+    /// The Redis URL the quota is shared through.
+    shared: Option<&'static str>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -102,6 +105,7 @@ impl LimitConfig {
             rate,
             burst: None,
             max_wait: Duration::ZERO,
+            shared: None,
         });
         self
     }
@@ -113,6 +117,27 @@ impl LimitConfig {
             rate.burst = Some(burst);
         }
         self
+    }
+
+    /// The same, whose rate limit is one quota shared by every replica
+    /// through the Redis at `url` (`shared = "redis://host:port/"`, a
+    /// `FleetRateLimit`, feature `limit-redis`); no
+    /// effect without a rate limit.
+    pub const fn with_shared(mut self, url: &'static str) -> Self {
+        if let Some(rate) = &mut self.rate {
+            rate.shared = Some(url);
+        }
+        self
+    }
+
+    /// The Redis URL the rate limit's quota is shared through, if any.
+    pub const fn shared(&self) -> Option<&'static str> {
+        match self.rate {
+            Some(RateConfig {
+                shared: Some(url), ..
+            }) => Some(url),
+            _ => None,
+        }
     }
 
     /// The same, with a throttle in front.
@@ -241,9 +266,9 @@ impl LimitConfig {
             return Err(err);
         }
         let limiter = match (slots, rate) {
-            (Some(slots), Some(rate)) => slots.with_rate(rate),
+            (Some(slots), Some(rate)) => slots.with_rate_part(rate),
             (Some(slots), None) => slots,
-            (None, Some(rate)) => Limiter::rate(rate),
+            (None, Some(rate)) => Limiter::rate_part(rate),
             (None, None) => match throttle {
                 Some(throttle) => return Ok(Limiter::throttle(throttle)),
                 // Every constructor sets a part.
@@ -258,13 +283,46 @@ impl LimitConfig {
 }
 
 impl RateConfig {
-    fn build(self, service: &'static str, name: &'static str) -> Result<RateLimit, ConfigError> {
+    fn build(self, service: &'static str, name: &'static str) -> Result<RatePart, ConfigError> {
+        if let Some(url) = self.shared {
+            return self.build_fleet(service, name, url);
+        }
         let limit = RateLimit::new_in(service, name, self.rate)?;
         let limit = match self.burst {
             Some(burst) => limit.with_burst(burst)?,
             None => limit,
         };
-        Ok(limit.with_max_wait(self.max_wait))
+        Ok(RatePart::Local(limit.with_max_wait(self.max_wait)))
+    }
+
+    #[cfg(feature = "limit-redis")]
+    fn build_fleet(
+        self,
+        service: &'static str,
+        name: &'static str,
+        url: &'static str,
+    ) -> Result<RatePart, ConfigError> {
+        let limit = super::FleetRateLimit::new_in(service, name, self.rate, url)?;
+        let limit = match self.burst {
+            Some(burst) => limit.with_burst(burst)?,
+            None => limit,
+        };
+        Ok(RatePart::Fleet(limit.with_max_wait(self.max_wait)))
+    }
+
+    #[cfg(not(feature = "limit-redis"))]
+    fn build_fleet(
+        self,
+        _service: &'static str,
+        name: &'static str,
+        url: &'static str,
+    ) -> Result<RatePart, ConfigError> {
+        Err(ConfigError::new(
+            format!("rate limit `{name}`"),
+            "shared",
+            format!("{url:?}"),
+            "a quota shared through Redis needs the `limit-redis` cargo feature",
+        ))
     }
 }
 
@@ -357,6 +415,53 @@ mod tests {
                 err.subject().contains("[limits.partner]"),
                 "{section}: {err}"
             );
+        }
+    }
+
+    /// `shared = "redis://…"` makes the rate limit one quota of the fleet;
+    /// a value that is no Redis URL, or `shared` without a rate, is
+    /// refused naming it.
+    #[cfg(feature = "config-file")]
+    #[tokio::test(start_paused = true)]
+    async fn a_shared_rate_limit_from_the_file() {
+        let section = "[limits.partner]\nrate = \"1000/s\"\nburst = 500\nshared = \"redis://127.0.0.1:6379/\"\n";
+        #[cfg(feature = "limit-redis")]
+        {
+            let registry = registry(section).unwrap();
+            let partner = registry.limiter("partner").unwrap();
+            assert!(partner.as_rate().is_none());
+            let fleet = partner.as_fleet_rate().unwrap();
+            assert_eq!(
+                (fleet.burst(), fleet.url()),
+                (500, "redis://127.0.0.1:6379/")
+            );
+        }
+        #[cfg(not(feature = "limit-redis"))]
+        {
+            let err = registry(section).unwrap_err();
+            assert_eq!(err.field(), "shared", "{err}");
+            assert!(err.reason().contains("limit-redis"), "{err}");
+        }
+        let cases = [
+            (
+                "rate = \"1000/s\"\nshared = \"http://cache:6379\"",
+                "\"http://cache:6379\"",
+                "redis://",
+            ),
+            (
+                "max_concurrent = 4\nshared = \"redis://x/\"",
+                "\"redis://x/\"",
+                "add `rate =",
+            ),
+            ("shared = true", "", "invalid type"),
+        ];
+        for (body, value, reason) in cases {
+            let err = registry(&format!("[limits.partner]\n{body}\n")).unwrap_err();
+            assert!(err.to_string().contains(reason), "{body}: {err}");
+            if !value.is_empty() {
+                assert_eq!(err.field(), "shared", "{body}: {err}");
+                assert_eq!(err.value(), value, "{body}: {err}");
+            }
         }
     }
 

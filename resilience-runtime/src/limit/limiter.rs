@@ -29,8 +29,27 @@ use crate::retry::{Classify, FromRuntimeError};
 #[derive(Debug)]
 pub struct Limiter {
     throttle: Option<Throttle>,
-    rate: Option<RateLimit>,
+    rate: Option<RatePart>,
     slots: Option<Slots>,
+}
+
+/// The rate limit of a limiter: this process's, or a quota shared by the
+/// fleet.
+#[derive(Debug)]
+pub(crate) enum RatePart {
+    Local(RateLimit),
+    #[cfg(feature = "limit-redis")]
+    Fleet(super::FleetRateLimit),
+}
+
+impl RatePart {
+    async fn acquire(&self, priority: Priority) -> Result<(), crate::Overloaded> {
+        match self {
+            RatePart::Local(rate) => rate.acquire(priority).await,
+            #[cfg(feature = "limit-redis")]
+            RatePart::Fleet(rate) => rate.acquire(priority).await,
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -71,7 +90,7 @@ impl Limiter {
     pub fn rate(rate: RateLimit) -> Self {
         Self {
             throttle: None,
-            rate: Some(rate),
+            rate: Some(RatePart::Local(rate)),
             slots: None,
         }
     }
@@ -80,13 +99,39 @@ impl Limiter {
     /// slots (replacing any).
     #[must_use]
     pub fn with_rate(mut self, rate: RateLimit) -> Self {
+        self.rate = Some(RatePart::Local(rate));
+        self
+    }
+
+    pub(crate) fn with_rate_part(mut self, rate: RatePart) -> Self {
         self.rate = Some(rate);
         self
     }
 
-    /// The rate limit, if the limiter has one.
+    pub(crate) fn rate_part(rate: RatePart) -> Self {
+        Self {
+            throttle: None,
+            rate: Some(rate),
+            slots: None,
+        }
+    }
+
+    /// The rate limit, if the limiter has one of this process's own.
     pub fn as_rate(&self) -> Option<&RateLimit> {
-        self.rate.as_ref()
+        match &self.rate {
+            Some(RatePart::Local(rate)) => Some(rate),
+            _ => None,
+        }
+    }
+
+    /// The rate limit shared by the fleet through Redis, if the limiter
+    /// has one (`shared` in its `[limits.<name>]` section).
+    #[cfg(feature = "limit-redis")]
+    pub fn as_fleet_rate(&self) -> Option<&super::FleetRateLimit> {
+        match &self.rate {
+            Some(RatePart::Fleet(rate)) => Some(rate),
+            _ => None,
+        }
     }
 
     /// The same limiter, with `throttle` in front (replacing any).

@@ -21,7 +21,10 @@
 //!   `governor` and `redis-cell`), waiting a bounded time for a place or
 //!   refusing with [when to come back](crate::Overloaded::retry_after);
 //!   [`KeyedRateLimit`], the same per key (per tenant, per host) in a
-//!   bounded table.
+//!   bounded table; `FleetRateLimit` (feature `limit-redis`), one quota
+//!   shared by every replica of a service through Redis with no Redis
+//!   round trip on the call path (`shared = "redis://host:port/"` beside
+//!   `rate` in a `[limits.<name>]` section).
 //!
 //! Every call carries a [`Priority`]: sheddable calls are shed first,
 //! critical ones last; [`with_priority`] sets it for one call. A [`Limiter`] combines a throttle and a rate limit

@@ -61,6 +61,9 @@ struct LimitSection {
     /// `"100/s"`: a rate limit ([`Rate`](crate::limit::Rate)'s grammar).
     rate: Option<String>,
     burst: Option<u32>,
+    /// `"redis://host:port/"`: the rate limit's quota is shared by every
+    /// replica through this Redis.
+    shared: Option<String>,
 }
 
 impl LimitSection {
@@ -122,6 +125,33 @@ impl LimitSection {
         let config = match (config, self.burst) {
             (Some(config), Some(burst)) => Some(config.with_burst(burst)),
             (config, _) => config,
+        };
+        let config = match (config, &self.shared) {
+            (Some(config), Some(url)) if rate.is_some() => {
+                if !url.starts_with("redis://")
+                    && !url.starts_with("rediss://")
+                    && !url.starts_with("unix://")
+                {
+                    return Err(ConfigError::new(
+                        subject,
+                        "shared",
+                        format!("{url:?}"),
+                        "`shared` is the URL of the Redis the quota is shared through: `redis://host:port/`, `rediss://…` or `unix://…`",
+                    ));
+                }
+                // Leaked once per file load: the limit keeps a `&'static str`.
+                let url: &'static str = Box::leak(url.clone().into_boxed_str());
+                Some(config.with_shared(url))
+            }
+            (_, Some(url)) => {
+                return Err(ConfigError::new(
+                    subject,
+                    "shared",
+                    format!("{url:?}"),
+                    "`shared` shares a rate limit's quota through Redis: add `rate = \"<calls>/<period>\"`, e.g. `rate = \"1000/s\"`",
+                ));
+            }
+            (config, None) => config,
         };
         let config = match &self.max_wait {
             Some(text) if self.max_concurrent.is_none() && self.rate.is_none() => {

@@ -54,10 +54,13 @@ use crate::telemetry::Labels;
 ///   the last lease still has tokens to give. The bank is what is left of
 ///   the burst: `K = B − Q E` (`0.4 D` of quota).
 /// - **A lease's size** is one lease period of the replica's recent rate,
-///   plus a tenth: its demand, but at most 1.25 times what it admitted or
-///   its share of the quota (`Q ÷ replicas`), whichever is larger, so a
-///   replica grows into a quota the others leave unused within a few
-///   periods without draining the bank in one lease. A lease's tokens are
+///   plus a tenth: its demand, but at most its share of the quota (`Q ÷
+///   replicas`) when its last lease came short (the fleet wants more than
+///   the quota, and the first to lease must not take what the others
+///   need), and otherwise at most 1.25 times what it admitted or its
+///   share, whichever is larger, so a replica grows into a quota the
+///   others leave unused within a few periods without draining the bank
+///   in one lease. A lease's tokens are
 ///   spent at an even pace over the lease period (a quarter of them at
 ///   once at most), and void `E` after the request that brought them.
 /// - **Replicas lease at a random phase** of the period: one started with

@@ -62,19 +62,34 @@ impl Plan {
 
     /// How many tokens to ask for, `elapsed` nanoseconds after the last
     /// lease, having been offered `offered` calls and admitted `admitted`
-    /// meanwhile: a lease period's worth of the recent rate (plus a
-    /// tenth), the demand but no more than 1.25 times what was admitted or
-    /// the replica's share among `replicas`, whichever is larger. The
-    /// growth bound keeps a replica from draining Redis' bank in one lease
-    /// (after an outage, every replica asks for about its share).
-    pub(super) fn ask(&self, elapsed: u64, offered: u64, admitted: u64, replicas: u32) -> u32 {
+    /// meanwhile: a lease period's worth of the recent rate, plus a
+    /// tenth. The rate is the demand, but no more than the replica's share
+    /// of the quota among `replicas` when the last lease came short (the
+    /// fleet wants more than the quota: each asks for its share, so the
+    /// first to lease does not take what the others need), and otherwise
+    /// no more than 1.25 times what it admitted or its share, whichever is
+    /// larger (a replica grows into a quota the others leave unused within
+    /// a few periods, without draining Redis' bank in one lease).
+    pub(super) fn ask(
+        &self,
+        elapsed: u64,
+        offered: u64,
+        admitted: u64,
+        replicas: u32,
+        short: bool,
+    ) -> u32 {
         if offered == 0 {
             return 0;
         }
         let secs = elapsed.max(self.period) as f64 / 1e9;
         let demand = offered as f64 / secs;
         let admitted = admitted as f64 / secs;
-        let rate = demand.min((1.25 * admitted).max(self.share_per_sec(replicas)));
+        let share = self.share_per_sec(replicas);
+        let rate = if short {
+            demand.min(share)
+        } else {
+            demand.min((1.25 * admitted).max(share))
+        };
         // Less a hair, so that an exact count is not rounded up by the float.
         let ask = (rate * self.period as f64 / 1e9 * 1.1 - 1e-6).ceil();
         (ask as u32).clamp(1, self.burst)

@@ -54,6 +54,8 @@ async fn run(guard: Running) {
     // started together do not lease together.
     let mut first = true;
     let mut fresh = true;
+    // The last lease granted less than it asked for.
+    let mut short = false;
     let mut last_asked = Instant::now();
     let Some(wake) = guard.0.upgrade().map(|link| Arc::clone(&link.wake)) else {
         return;
@@ -73,7 +75,7 @@ async fn run(guard: Running) {
         let ask = if first {
             0
         } else {
-            plan.ask(elapsed, offered, admitted, replicas)
+            plan.ask(elapsed, offered, admitted, replicas, short)
         };
         let mut invocation = script::LEASE.key(&link.prefix);
         invocation
@@ -107,6 +109,7 @@ async fn run(guard: Running) {
         match answer {
             Ok(Ok((granted, replicas))) => {
                 link.leased(granted, replicas, asked);
+                short = granted < ask;
                 if !first {
                     fresh = false;
                 }

@@ -36,16 +36,19 @@ fn a_lease_is_a_period_of_the_recent_rate_grown_by_at_most_a_quarter() {
     let plan = plan();
     let period = plan.period;
     // Idle: nothing asked.
-    assert_eq!(plan.ask(period, 0, 0, 5), 0);
+    assert_eq!(plan.ask(period, 0, 0, 5, false), 0);
     // Offered 100 calls a period, all admitted: 100 + a tenth.
-    assert_eq!(plan.ask(period, 100, 100, 5), 110);
+    assert_eq!(plan.ask(period, 100, 100, 5, false), 110);
     // Offered 400/s, admitted its share (200/s of 1,000 among five): at
     // most 1.25 x the admitted rate, 137.5 a period, plus a tenth.
-    assert_eq!(plan.ask(period, 220, 110, 5), 152);
+    assert_eq!(plan.ask(period, 220, 110, 5, false), 152);
+    // The same when its last lease came short: the fleet wants more than
+    // the quota, so its share (110 a period), plus a tenth.
+    assert_eq!(plan.ask(period, 220, 110, 5, true), 121);
     // A replica admitted little may still ask for its share.
-    assert_eq!(plan.ask(period, 1000, 10, 5), 121);
+    assert_eq!(plan.ask(period, 1000, 10, 5, false), 121);
     // Never more than the burst.
-    assert_eq!(plan.ask(period, 100_000, 100_000, 1), 1000);
+    assert_eq!(plan.ask(period, 100_000, 100_000, 1, false), 1000);
 }
 
 #[tokio::test(start_paused = true)]
