@@ -161,10 +161,10 @@ fn coordinator(seconds: usize, outages: bool, csv: Option<String>) {
 
     // Seconds 1..=seconds: the first second is the replicas' start.
     let mut rows = Vec::new();
-    for second in 1..total {
+    for (second, state) in state.iter().enumerate().take(total).skip(1) {
         let leasing = counts.leasing[second].load(Ordering::Relaxed);
         let alone = counts.alone[second].load(Ordering::Relaxed);
-        rows.push((second, leasing + alone, leasing, alone, state[second]));
+        rows.push((second, leasing + alone, leasing, alone, *state));
     }
     let admitted: u32 = rows.iter().map(|r| r.1).sum();
     let max = rows.iter().map(|r| r.1).max().unwrap();

@@ -189,7 +189,8 @@ impl LimitConfig {
     }
 
     /// Checks every part: a bulkhead of at least 1, the Vegas and the
-    /// throttle settings, a rate and a burst from 1 to 1,000,000.
+    /// throttle settings, a rate and a burst from 1 to 1,000,000, and a
+    /// quota shared through Redis only with the `limit-redis` feature.
     pub fn validate(&self) -> Result<(), ConfigError> {
         let mut errors = Vec::new();
         if let Some(rate) = self.rate {
@@ -198,6 +199,14 @@ impl LimitConfig {
                 && let Err(reason) = resilience_rules::rate::burst(burst)
             {
                 errors.push(ConfigError::new("rate limit", "burst", burst, reason));
+            }
+            if let (Some(url), false) = (rate.shared, cfg!(feature = "limit-redis")) {
+                errors.push(ConfigError::new(
+                    "rate limit",
+                    "shared",
+                    format!("{url:?}"),
+                    "a quota shared through Redis needs the `limit-redis` cargo feature",
+                ));
             }
         }
         match self.slots {
