@@ -3,6 +3,8 @@
 
 use std::future::Future;
 
+#[cfg(feature = "limit-redis")]
+use super::FleetRateLimit;
 use super::{AdaptiveLimit, Bulkhead, Priority, RateLimit, Throttle};
 use crate::retry::{Classify, FromRuntimeError};
 
@@ -39,7 +41,7 @@ pub struct Limiter {
 pub(crate) enum RatePart {
     Local(RateLimit),
     #[cfg(feature = "limit-redis")]
-    Fleet(super::FleetRateLimit),
+    Fleet(FleetRateLimit),
 }
 
 impl RatePart {
@@ -127,7 +129,7 @@ impl Limiter {
     /// The rate limit shared by the fleet through Redis, if the limiter
     /// has one (`shared` in its `[limits.<name>]` section).
     #[cfg(feature = "limit-redis")]
-    pub fn as_fleet_rate(&self) -> Option<&super::FleetRateLimit> {
+    pub fn as_fleet_rate(&self) -> Option<&FleetRateLimit> {
         match &self.rate {
             Some(RatePart::Fleet(rate)) => Some(rate),
             _ => None,
