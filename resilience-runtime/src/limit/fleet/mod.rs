@@ -65,7 +65,11 @@ use crate::telemetry::Labels;
 ///   once at most), and void `E` after the request that brought them.
 /// - **Replicas lease at a random phase** of the period: one started with
 ///   the others first only announces itself, then leases at a random
-///   point of the period, its first lease capped at its share.
+///   point of the period, its first lease capped at its share. A replica
+///   that leased less than an even spacing (`P ÷ replicas`) after another
+///   moves its next lease later by half the shortfall (at most `0.025 D`),
+///   which spreads the phases within a few periods, so that no gap
+///   between two leases outlasts the bank.
 ///
 /// # The bound
 ///
@@ -87,10 +91,8 @@ use crate::telemetry::Labels;
 ///
 /// Tokens are lost in three ways. (1) The bucket overflows when no
 /// replica leases for longer than the bank lasts (`K / Q = 0.4 D`):
-/// with `N` replicas at random phases of `P = 0.55 D`, the chance a gap
-/// between two leases passes `0.4 D` is small for `N ≥ 2`, and the loss
-/// `E[Σ max(0, gap − 0.4 D)] / P = (1 − 0.4 / 0.55)^N`, 0.15 % for five
-/// replicas. (2) A lease's tokens void at its end: a replica offered more
+/// with `N ≥ 2` replicas whose phases are spread, the gaps are near
+/// `P ÷ N`, well under `0.4 D`. (2) A lease's tokens void at its end: a replica offered more
 /// than its lease spends it all at its pace; one offered less asked for a
 /// tenth over its demand. (3) A replica's first lease after an outage
 /// asks for its share; the bank, restarted after two periods without a

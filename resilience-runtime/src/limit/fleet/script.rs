@@ -24,9 +24,11 @@ use redis::Script;
 /// bank in µs, 3 the tokens asked, 4 the replica's id, 5 how long its
 /// announcement lasts in µs, 6 the lease period in µs, 7 `1` to cap the
 /// grant at one replica's share of a lease (its first lease), 8 the keys'
-/// ttl in ms.
+/// ttl in ms, 9 the replicas the caller last heard of (a restarted Redis
+/// has forgotten them; the share is never larger than among those).
 ///
-/// Returns `{tokens granted, replicas announced}`.
+/// Returns `{tokens granted, replicas announced, µs since a replica last
+/// reached Redis}`.
 pub(super) static LEASE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r"
@@ -42,9 +44,10 @@ pub(super) static LEASE: LazyLock<Script> = LazyLock::new(|| {
         redis.call('ZREMRANGEBYSCORE', replicas, '-inf', now)
         redis.call('PEXPIRE', replicas, ARGV[8])
         local n = redis.call('ZCARD', replicas)
-        local share = math.ceil(period / interval / n)
+        local share = math.ceil(period / interval / math.max(n, tonumber(ARGV[9])))
         local tat = tonumber(redis.call('GET', p .. ':tat') or '0')
         local last = tonumber(redis.call('GET', p .. ':last') or '0')
+        local since = math.min(now - last, 1000000000)
         if now - last > 2 * period then
             tat = math.max(tat, now + bank - share * interval)
         end
@@ -55,7 +58,7 @@ pub(super) static LEASE: LazyLock<Script> = LazyLock::new(|| {
         tat = tat + granted * interval
         redis.call('SET', p .. ':tat', string.format('%.0f', math.ceil(tat)), 'PX', ARGV[8])
         redis.call('SET', p .. ':last', string.format('%.0f', now), 'PX', ARGV[8])
-        return {granted, n}
+        return {granted, n, since}
         ",
     )
 });

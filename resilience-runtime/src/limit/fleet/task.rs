@@ -86,7 +86,8 @@ async fn run(guard: Running) {
             .arg(plan.period.saturating_mul(4) / 1000)
             .arg(plan.period / 1000)
             .arg(u8::from(fresh))
-            .arg(crate::clock::duration_nanos(plan.span()).saturating_mul(60) / 1_000_000);
+            .arg(crate::clock::duration_nanos(plan.span()).saturating_mul(60) / 1_000_000)
+            .arg(replicas);
         link.round_trip();
         let answer = timeout(nanos(plan.timeout), async {
             if connection.is_none() {
@@ -97,7 +98,7 @@ async fn run(guard: Running) {
             }
             match connection.as_mut() {
                 Some(connection) => {
-                    let reply: redis::RedisResult<(u32, u32)> =
+                    let reply: redis::RedisResult<(u32, u32, u64)> =
                         invocation.invoke_async(connection).await;
                     reply
                 }
@@ -107,7 +108,7 @@ async fn run(guard: Running) {
         .await;
         let mut next = asked_at + nanos(plan.period);
         match answer {
-            Ok(Ok((granted, replicas))) => {
+            Ok(Ok((granted, replicas, since))) => {
                 link.leased(granted, replicas, asked);
                 short = granted < ask;
                 if !first {
@@ -121,6 +122,16 @@ async fn run(guard: Running) {
                         "Redis answers again: the fleet rate limit leases its quota again"
                     );
                     warned = false;
+                }
+                // Spread the phases: a lease that came less than an even
+                // spacing (`P ÷ replicas`) after another replica's moves the
+                // next one later by half the shortfall, at most half the
+                // lease's spare life, so that no gap between two leases
+                // outlasts what Redis banks.
+                let even = plan.period / u64::from(replicas.max(1));
+                let since = since.saturating_mul(1000);
+                if !first && replicas > 1 && since < even {
+                    next += nanos(((even - since) / 2).min(plan.timeout / 2));
                 }
                 if first {
                     let phase = crate::retry::thread_rng(rand::RngCore::next_u64) % plan.period;
