@@ -53,7 +53,7 @@ pub(crate) fn detect(item: &ItemFn) -> Option<AsyncTraitBody> {
     let position = stmts.iter().position(|stmt| ret_local(stmt).is_some())?;
     let (output, block) = ret_local(&stmts[position])?;
     let self_by_reference = item.sig.inputs.iter().any(
-        |input| matches!(input, FnArg::Receiver(receiver) if crate::sig::by_reference(receiver)),
+        |input| matches!(input, FnArg::Receiver(receiver) if crate::item::by_reference(receiver)),
     );
     let mut prelude = stmts[..position].to_vec();
     let mut per_attempt = Vec::new();

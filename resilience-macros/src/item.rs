@@ -3,7 +3,7 @@
 
 use proc_macro2::TokenStream;
 use quote::quote;
-use syn::{FnArg, ItemFn};
+use syn::{FnArg, ItemFn, Receiver, ReceiverKind, Type};
 
 use crate::errors::Errors;
 
@@ -44,4 +44,14 @@ pub(crate) fn with_errors(mut item: ItemFn, errors: Errors) -> TokenStream {
     }
     let errors = errors.finish().map(|err| err.to_compile_error());
     quote!(#item #errors)
+}
+
+/// Whether a method borrows its receiver: `&self`, `&mut self`,
+/// `self: &Self`.
+pub(crate) fn by_reference(receiver: &Receiver) -> bool {
+    match &receiver.kind {
+        ReceiverKind::Reference(..) => true,
+        ReceiverKind::Typed(_, ty) => matches!(**ty, Type::Reference(_)),
+        _ => false,
+    }
 }

@@ -13,16 +13,6 @@ use syn::{
 /// The name each attempt binds a by-value `self` to.
 pub(crate) const SELF_COPY: &str = "__resilience_self";
 
-/// Whether a method borrows its receiver: `&self`, `&mut self`,
-/// `self: &Self`.
-pub(crate) fn by_reference(receiver: &Receiver) -> bool {
-    match &receiver.kind {
-        ReceiverKind::Reference(..) => true,
-        ReceiverKind::Typed(_, ty) => matches!(**ty, Type::Reference(_)),
-        _ => false,
-    }
-}
-
 /// The receiver's type: `Self` for `self`, the written one for
 /// `self: Box<Self>`, `&Self` or `&mut Self` for a borrow.
 pub(crate) fn receiver_type(receiver: &Receiver) -> Type {
@@ -69,7 +59,7 @@ pub(crate) fn params(sig: &mut Signature, copies: bool) -> Params {
         match input {
             FnArg::Receiver(receiver) => {
                 params.forward.push(quote!(self));
-                let by_reference = by_reference(receiver);
+                let by_reference = crate::item::by_reference(receiver);
                 if by_reference || !copies {
                     continue;
                 }

@@ -12,36 +12,18 @@ use resilience_rules::limits::{
 };
 
 use resilience_rules::jitter::{self as rules_jitter, JitterError, Kind};
+use resilience_rules::presets;
 
 use crate::args::{Arg, BreakerArgs, BreakerPreset, JitterArg, RateArg, RetryArgs, RetryPreset};
 use crate::duration::display;
 use crate::errors::Errors;
 
-/// The values a retry preset starts from, as in the runtime's
-/// `PolicyBuilder::{http, background, db_tx}`.
-struct RetryDefaults {
-    initial: Duration,
-    max_interval: Duration,
-    max_elapsed: Duration,
-}
-
-fn retry_defaults(preset: RetryPreset) -> RetryDefaults {
+/// The values a retry preset starts from, the runtime's own.
+fn retry_defaults(preset: RetryPreset) -> presets::RetryPreset {
     match preset {
-        RetryPreset::Http => RetryDefaults {
-            initial: Duration::from_millis(100),
-            max_interval: Duration::from_secs(2),
-            max_elapsed: Duration::from_secs(5),
-        },
-        RetryPreset::Background => RetryDefaults {
-            initial: Duration::from_millis(500),
-            max_interval: Duration::from_secs(30),
-            max_elapsed: Duration::from_secs(120),
-        },
-        RetryPreset::DbTx => RetryDefaults {
-            initial: Duration::from_millis(10),
-            max_interval: Duration::from_secs(1),
-            max_elapsed: Duration::from_secs(5),
-        },
+        RetryPreset::Http => presets::HTTP,
+        RetryPreset::Background => presets::BACKGROUND,
+        RetryPreset::DbTx => presets::DB_TX,
     }
 }
 
@@ -121,12 +103,13 @@ pub(crate) fn retry(args: &RetryArgs, errors: &mut Errors) {
     if let Some(max) = &args.max {
         if max.get() == 0 {
             errors.push(max.error(
-                "`max = 0` allows no attempt at all, and 0 means \"unbounded\" in some libraries: a retry chain is always bounded\n  = help: `max` counts every attempt, the first included: use `max = 1` to disable retries, the default is 3",
+                format!("`max = 0` allows no attempt at all, and 0 means \"unbounded\" in some libraries: a retry chain is always bounded\n  = help: `max` counts every attempt, the first included: use `max = 1` to disable retries, the default is {}", defaults.max_attempts),
             ));
         } else if max.get() > MAX_ATTEMPTS {
             errors.push(max.error(format!(
-                "`max = {}` is more than the limit of {MAX_ATTEMPTS} attempts: each one is another request to a dependency that is failing\n  = help: the default is 3; to retry for longer, raise `max_elapsed`",
-                max.get()
+                "`max = {}` is more than the limit of {MAX_ATTEMPTS} attempts: each one is another request to a dependency that is failing\n  = help: the default is {}; to retry for longer, raise `max_elapsed`",
+                max.get(),
+                defaults.max_attempts
             )));
         }
     }
@@ -134,7 +117,7 @@ pub(crate) fn retry(args: &RetryArgs, errors: &mut Errors) {
         && initial.get().is_zero()
     {
         errors.push(initial.error(
-                "`initial = \"0s\"` retries at once and hammers a dependency that is already failing\n  = help: use at least \"1ms\"; the default is \"100ms\"",
+                format!("`initial = \"0s\"` retries at once and hammers a dependency that is already failing\n  = help: use at least \"1ms\"; the default is \"{}\"", display(defaults.initial)),
             ));
     }
     // Read once: the multiplier's rule depends on its kind.
@@ -169,7 +152,7 @@ pub(crate) fn retry(args: &RetryArgs, errors: &mut Errors) {
         && max_elapsed.get().is_zero()
     {
         errors.push(max_elapsed.error(
-                "`max_elapsed = \"0s\"` would leave the chain without a time bound (0 means \"unbounded\" in some libraries): every retry chain is bounded by attempts AND elapsed time\n  = help: the default is \"5s\"; keep it well below the caller's deadline",
+                format!("`max_elapsed = \"0s\"` would leave the chain without a time bound (0 means \"unbounded\" in some libraries): every retry chain is bounded by attempts AND elapsed time\n  = help: the default is \"{}\"; keep it well below the caller's deadline", display(defaults.max_elapsed)),
             ));
     }
 
@@ -236,18 +219,27 @@ pub(crate) fn breaker(args: &BreakerArgs, errors: &mut Errors) {
         let value = ratio.get();
         if !(value > 0.0 && value <= 1.0) {
             errors.push(ratio.error(format!(
-                "`ratio = {value}` is outside (0, 1]: it is the share of failed calls that opens the breaker\n  = help: 0.5 (the default) opens at half the calls failing; 0.3 for a critical dependency, 0.7 for a relaxed one"
+                "`ratio = {value}` is outside (0, 1]: it is the share of failed calls that opens the breaker\n  = help: {} (the default) opens at half the calls failing; {} for a critical dependency, {} for a relaxed one",
+                presets::BREAKER.failure_ratio,
+                presets::CRITICAL.failure_ratio,
+                presets::RELAXED.failure_ratio
             )));
         }
     }
     if let Some(min) = &args.min {
+        let min_defaults = format!(
+            "the default is {}; {} for a critical dependency, {} for a relaxed one",
+            presets::BREAKER.min_requests,
+            presets::CRITICAL.min_requests,
+            presets::RELAXED.min_requests
+        );
         if min.get() == 0 {
             errors.push(min.error(
-                "`min = 0` would open the breaker on the very first failure: `min` is how many calls the window needs before the ratio means anything\n  = help: the default is 20; 10 for a critical dependency, 30 for a relaxed one",
+                format!("`min = 0` would open the breaker on the very first failure: `min` is how many calls the window needs before the ratio means anything\n  = help: {min_defaults}"),
             ));
         } else if min.get() > MAX_CALLS {
             errors.push(min.error(format!(
-                "`min = {}` is more than the limit of {MAX_CALLS} calls: a breaker that needs more to judge a dependency reacts only after it has sent them all\n  = help: the default is 20; 10 for a critical dependency, 30 for a relaxed one",
+                "`min = {}` is more than the limit of {MAX_CALLS} calls: a breaker that needs more to judge a dependency reacts only after it has sent them all\n  = help: {min_defaults}",
                 min.get()
             )));
         }
@@ -267,9 +259,9 @@ pub(crate) fn breaker(args: &BreakerArgs, errors: &mut Errors) {
     if let Some(calls) = &args.window_calls {
         let min = args.min.as_ref().map_or(
             match args.preset.as_ref().map(|p| p.get()) {
-                None => 20,
-                Some(BreakerPreset::Critical) => 10,
-                Some(BreakerPreset::Relaxed) => 30,
+                None => presets::BREAKER.min_requests,
+                Some(BreakerPreset::Critical) => presets::CRITICAL.min_requests,
+                Some(BreakerPreset::Relaxed) => presets::RELAXED.min_requests,
             },
             |min| min.get(),
         );

@@ -8,6 +8,7 @@
 //!   bursts;
 //! - [`rate`]: the rate grammar (`"100/s"`, `"25/100ms"`) and the
 //!   bounds on a burst;
+//! - [`presets`]: the values of the retry and breaker presets;
 //! - [`jitter`]: the jitter vocabulary (`0.3`, `"full"`, `"additive 0.3"`);
 //! - [`suggest`]: "did you mean" for near misses;
 //! - [`idempotency`]: which HTTP methods and which fn names may be sent
@@ -25,5 +26,6 @@ pub mod duration;
 pub mod idempotency;
 pub mod jitter;
 pub mod limits;
+pub mod presets;
 pub mod rate;
 pub mod suggest;

@@ -599,3 +599,374 @@ fn cycle_through(
     let mut path = vec![start.to_owned()];
     walk(start, start, edges, &mut path, &mut BTreeSet::new()).then_some(path)
 }
+
+/// The files of one folder (the modules of one parent, a sub-folder
+/// counted as the module it declares) never import each other in a loop,
+/// in the runtime and in the macros crate: a loop between two files means
+/// neither can be read, changed or tested without the other, which is one
+/// module split in two. The folder's `mod.rs` (or the crate root) is its
+/// face: its re-exports are followed to the file that defines the name.
+#[test]
+fn no_cycle_between_files_of_one_folder() {
+    let macros = concat!(env!("CARGO_MANIFEST_DIR"), "/../resilience-macros/src");
+    let mut cycles = String::new();
+    for root in [SRC, macros] {
+        let graph = FileGraph::read(Path::new(root));
+        for (folder, edges) in &graph.edges {
+            let mut seen = BTreeSet::new();
+            for start in edges.keys() {
+                let Some(path) = cycle_through(start, edges) else {
+                    continue;
+                };
+                let mut members: Vec<_> = path[..path.len() - 1].to_vec();
+                members.sort();
+                if !seen.insert(members) {
+                    continue;
+                }
+                writeln!(cycles, "in {root}/{folder}: {}", path.join(" -> ")).unwrap();
+                for pair in path.windows(2) {
+                    let import = &edges[&pair[0]][&pair[1]];
+                    writeln!(
+                        cycles,
+                        "    {}:{}: {}",
+                        import.file, import.line, import.text
+                    )
+                    .unwrap();
+                }
+            }
+        }
+    }
+    assert!(
+        cycles.is_empty(),
+        "files of one folder that import each other (move what both need into a file of its own):\n{cycles}"
+    );
+}
+
+/// The check of files can fail: a loop through `super::`, through a
+/// re-export of the folder's face and through `crate::` paths is seen,
+/// an import of the face's own item or of a file of another folder is not.
+#[test]
+fn the_file_reader_sees_loops_through_every_kind_of_path() {
+    let files: BTreeMap<String, String> = [
+        (
+            "breaker/mod.rs",
+            "mod machine; mod family; mod state;\npub use family::Family;\nuse self::machine::Common;\npub struct Top;",
+        ),
+        (
+            "breaker/machine.rs",
+            "use super::{Family, Top};\nuse super::state::Word;\npub struct Common;",
+        ),
+        (
+            "breaker/family.rs",
+            "use crate::breaker::machine::Common;\nuse crate::retry::Policy;\npub struct Family;",
+        ),
+        ("breaker/state.rs", "use super::super::retry::Policy;\npub struct Word;"),
+        ("retry/mod.rs", "pub struct Policy;"),
+    ]
+    .into_iter()
+    .map(|(file, source)| (file.to_owned(), source.to_owned()))
+    .collect();
+    let graph = FileGraph::from_sources(&files);
+    let breaker = &graph.edges["breaker/"];
+    let targets = |from: &str| -> Vec<&str> {
+        breaker
+            .get(from)
+            .map(|edges| edges.keys().map(String::as_str).collect())
+            .unwrap_or_default()
+    };
+    assert_eq!(targets("machine"), ["family", "state"]);
+    assert_eq!(targets("family"), ["machine"]);
+    assert_eq!(targets("state"), Vec::<&str>::new());
+    assert_eq!(
+        cycle_through("machine", breaker),
+        Some(vec!["machine".into(), "family".into(), "machine".into()])
+    );
+    let root: Vec<_> = graph.edges[""]
+        .iter()
+        .flat_map(|(from, to)| to.keys().map(move |to| (from.as_str(), to.as_str())))
+        .collect();
+    assert_eq!(root, [("breaker", "retry")]);
+}
+
+/// The imports between the files of each folder of a crate's `src/`, by
+/// folder (relative to `src/`, `""` for the root, `"breaker/"`), then by
+/// the importing file's module name and the imported one's.
+struct FileGraph {
+    edges: BTreeMap<String, BTreeMap<String, BTreeMap<String, Import>>>,
+}
+
+impl FileGraph {
+    fn read(src: &Path) -> FileGraph {
+        let mut paths = Vec::new();
+        rust_files(src, &mut paths);
+        let files = paths
+            .iter()
+            .map(|path| {
+                let file = path
+                    .strip_prefix(src)
+                    .unwrap()
+                    .to_string_lossy()
+                    .replace('\\', "/");
+                (file, fs::read_to_string(path).unwrap())
+            })
+            .collect();
+        FileGraph::from_sources(&files)
+    }
+
+    fn from_sources(files: &BTreeMap<String, String>) -> FileGraph {
+        // Test-only files (`#[cfg(test)] mod tests;`) import what they like.
+        let mut test_only = BTreeSet::new();
+        let mut code = BTreeMap::new();
+        for (file, source) in files {
+            let (stripped, declared) = strip(source);
+            let module = module_path(file);
+            for name in declared {
+                let mut path = module.clone();
+                path.push(name);
+                test_only.insert(path);
+            }
+            code.insert(file.clone(), (module, stripped));
+        }
+        let is_test_only =
+            |module: &[String]| (1..=module.len()).any(|len| test_only.contains(&module[..len]));
+        // What each folder's face re-exports or imports: the name, the
+        // file module that defines it (`use machine::Common` in mod.rs).
+        let mut faces: BTreeMap<Vec<String>, BTreeMap<String, String>> = BTreeMap::new();
+        for (file, (module, stripped)) in &code {
+            if !(file.ends_with("mod.rs") || file == "lib.rs" || file == "main.rs") {
+                continue;
+            }
+            let names = faces.entry(module.clone()).or_default();
+            for path in paths_in(stripped, module) {
+                if let [child, .., name] = path.relative.as_slice()
+                    && path.from_use
+                    && path.absolute.len() == module.len() + path.relative.len()
+                {
+                    names.insert(name.clone(), child.clone());
+                }
+            }
+        }
+        let mut edges: BTreeMap<String, BTreeMap<String, BTreeMap<String, Import>>> =
+            BTreeMap::new();
+        for (file, (module, stripped)) in &code {
+            if is_test_only(module) {
+                continue;
+            }
+            let inline = inline_modules(stripped);
+            let original: Vec<&str> = files[file].lines().collect();
+            for path in paths_in(stripped, module) {
+                let nesting = inline
+                    .iter()
+                    .filter(|(s, e)| *s < path.at && path.at < *e)
+                    .count();
+                if nesting > 0 && path.from_here {
+                    continue;
+                }
+                let target = &path.absolute;
+                // The folder both sit in, and the next step down on each side.
+                let common = module
+                    .iter()
+                    .zip(target)
+                    .take_while(|(a, b)| a == b)
+                    .count();
+                if common == module.len() || common >= target.len() {
+                    continue;
+                }
+                let folder = &module[..common];
+                let from = &module[common];
+                let mut to = target[common].clone();
+                if let Some(defined) = faces.get(folder).and_then(|names| names.get(&to)) {
+                    to = defined.clone();
+                }
+                let siblings = code.values().any(|(other, _)| {
+                    other.len() > common && other[..common] == *folder && other[common] == to
+                });
+                if !siblings || &to == from {
+                    continue;
+                }
+                let line = stripped[..path.at].matches('\n').count() + 1;
+                let key = folder
+                    .iter()
+                    .map(|part| format!("{part}/"))
+                    .collect::<String>();
+                edges
+                    .entry(key)
+                    .or_default()
+                    .entry(from.clone())
+                    .or_default()
+                    .entry(to.clone())
+                    .or_insert(Import {
+                        file: file.clone(),
+                        line,
+                        to,
+                        text: original[line - 1].trim().to_owned(),
+                    });
+            }
+        }
+        FileGraph { edges }
+    }
+}
+
+/// The module path of a file relative to `src/`: `breaker/family/mod.rs`
+/// is `["breaker", "family"]`, `lib.rs` the root `[]`.
+fn module_path(file: &str) -> Vec<String> {
+    let mut parts: Vec<String> = file
+        .trim_end_matches(".rs")
+        .split('/')
+        .map(str::to_owned)
+        .collect();
+    if matches!(
+        parts.last().map(String::as_str),
+        Some("mod" | "lib" | "main")
+    ) {
+        parts.pop();
+    }
+    parts
+}
+
+/// A path written in code, made absolute from the crate root.
+struct CodePath {
+    at: usize,
+    /// As written after `crate::`, `super::…` or `self::`, or, in a `use`
+    /// line of a folder's face, after nothing at all.
+    relative: Vec<String>,
+    absolute: Vec<String>,
+    from_use: bool,
+    /// Written from the file's own module (`super::`, `self::`, a plain
+    /// `use`), so wrong inside an inline module, where it is left out.
+    from_here: bool,
+}
+
+/// Every `crate::`, `super::` and `self::` path in `code` (a file of the
+/// module `module`), each group member (`{a, b::c}`) a path of its own;
+/// plain `use child::…` lines too, which only a face's re-exports need.
+fn paths_in(code: &str, module: &[String]) -> Vec<CodePath> {
+    let bytes = code.as_bytes();
+    let mut found = Vec::new();
+    let mut at = 0;
+    while at < code.len() {
+        let word_start = at == 0 || !is_ident(bytes[at - 1]) && bytes[at - 1] != b':';
+        let rest = &code[at..];
+        let mut base: Option<(Vec<String>, &str)> = None;
+        if word_start && let Some(tail) = rest.strip_prefix("crate::") {
+            base = Some((Vec::new(), tail));
+        } else if word_start && let Some(tail) = rest.strip_prefix("self::") {
+            base = Some((module.to_vec(), tail));
+        } else if word_start && rest.starts_with("super::") {
+            let mut tail = rest;
+            let mut up = module.len();
+            while let Some(next) = tail.strip_prefix("super::") {
+                up = up.saturating_sub(1);
+                tail = next;
+            }
+            base = Some((module[..up].to_vec(), tail));
+        }
+        let Some((base, tail)) = base.or_else(|| {
+            // `use child::Name;` in a face: relative to the module itself.
+            (word_start && is_use_head(code, at)).then(|| (module.to_vec(), rest))
+        }) else {
+            at += 1;
+            continue;
+        };
+        let from_use = line_starts_with_use(code, at);
+        let from_here = !rest.starts_with("crate::");
+        let consumed = rest.len() - tail.len();
+        let (relatives, used) = segments(tail);
+        for relative in relatives {
+            let mut absolute = base.clone();
+            absolute.extend(relative.iter().cloned());
+            found.push(CodePath {
+                at,
+                relative,
+                absolute,
+                from_use,
+                from_here,
+            });
+        }
+        at += (consumed + used).max(1);
+    }
+    found
+}
+
+/// Whether the statement `at` stands in begins with `use` (or `pub use`,
+/// `pub(crate) use`, …).
+fn line_starts_with_use(code: &str, at: usize) -> bool {
+    let start = code[..at].rfind([';', '{', '}']).map_or(0, |i| i + 1);
+    let statement = code[start..at].trim_start();
+    let statement = statement
+        .strip_prefix("pub")
+        .map(|rest| {
+            let rest = rest.trim_start();
+            rest.strip_prefix('(')
+                .and_then(|inner| inner.split_once(')').map(|(_, after)| after))
+                .unwrap_or(rest)
+        })
+        .unwrap_or(statement)
+        .trim_start();
+    statement.starts_with("use ")
+}
+
+/// Whether `at` is the first word after `use` (a plain `use child::…`).
+fn is_use_head(code: &str, at: usize) -> bool {
+    let before = &code.as_bytes()[at.saturating_sub(5)..at];
+    before.ends_with(b"use ")
+        && (before.len() == 4 || !is_ident(before[0]) || at == 4)
+        && code.as_bytes().get(at).is_some_and(|&b| is_ident(b))
+}
+
+/// The paths of `tail` (`a::b::C`, or `a::{b, c::D}` read as `a::b` and
+/// `a::c::D`), and how many bytes they took.
+fn segments(tail: &str) -> (Vec<Vec<String>>, usize) {
+    let mut prefix = Vec::new();
+    let mut at = 0;
+    loop {
+        let rest = &tail[at..];
+        if let Some(group) = rest.strip_prefix('{') {
+            let mut paths = Vec::new();
+            let mut depth = 0;
+            let mut start = 0;
+            for (i, c) in group.char_indices() {
+                match c {
+                    '{' => depth += 1,
+                    '}' if depth > 0 => depth -= 1,
+                    ',' | '}' if depth == 0 => {
+                        let member = group[start..i].trim();
+                        if !member.is_empty() && member != "self" {
+                            let (inner, _) = segments(member);
+                            for path in inner {
+                                let mut full = prefix.clone();
+                                full.extend(path);
+                                paths.push(full);
+                            }
+                        } else if member == "self" {
+                            paths.push(prefix.clone());
+                        }
+                        start = i + 1;
+                        if c == '}' {
+                            return (paths, at + 1 + i + 1);
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            return (paths, tail.len());
+        }
+        let name: String = rest
+            .bytes()
+            .take_while(|&b| is_ident(b))
+            .map(char::from)
+            .collect();
+        if name.is_empty() {
+            return (
+                vec![prefix].into_iter().filter(|p| !p.is_empty()).collect(),
+                at,
+            );
+        }
+        at += name.len();
+        prefix.push(name);
+        match tail[at..].strip_prefix("::") {
+            Some(_) => at += 2,
+            None => return (vec![prefix], at),
+        }
+    }
+}

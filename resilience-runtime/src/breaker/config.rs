@@ -160,20 +160,26 @@ pub(crate) use crate::striped::BUCKETS;
 // all), the most probes, and the floors of the window and the timeouts: one
 // definition, shared with the attributes' checks.
 use resilience_rules::limits::{MAX_CALLS, MAX_PROBES, MIN_BREAKER_TIMEOUT, MIN_WINDOW};
+use resilience_rules::presets::{self, BreakerPreset};
 
 impl BreakerConfig {
     /// The [guide's](crate::guide#circuit-breaker) defaults: min 20, ratio 0.5, window 60 s, cooldown 30 s,
     /// 1 half-open probe.
     pub const fn new() -> Self {
+        Self::of(&presets::BREAKER)
+    }
+
+    /// A preset's settings: the one place its values become a config.
+    const fn of(preset: &BreakerPreset) -> Self {
         Self {
-            min_requests: 20,
-            failure_ratio: 0.5,
-            window: Window::Time(Duration::from_secs(60)),
-            cooldown: Duration::from_secs(30),
-            half_open: 1,
+            min_requests: preset.min_requests,
+            failure_ratio: preset.failure_ratio,
+            window: Window::Time(preset.window),
+            cooldown: preset.cooldown,
+            half_open: preset.half_open,
             slow_call: None,
-            probe_timeout: Duration::from_secs(5),
-            call_timeout: Duration::from_secs(30),
+            probe_timeout: preset.probe_timeout,
+            call_timeout: preset.call_timeout,
             sharing: None,
         }
     }
@@ -181,13 +187,13 @@ impl BreakerConfig {
     /// A critical dependency (user, auth): trips sooner, at 30 % failures
     /// out of at least 10 calls.
     pub const fn critical() -> Self {
-        Self::new().with_failure_ratio(0.3).with_min_requests(10)
+        Self::of(&presets::CRITICAL)
     }
 
     /// A dependency the service can live without (thumbnails): trips at
     /// 70 % failures out of at least 30 calls.
     pub const fn relaxed() -> Self {
-        Self::new().with_failure_ratio(0.7).with_min_requests(30)
+        Self::of(&presets::RELAXED)
     }
 
     /// The least number of calls in the window before the breaker may trip

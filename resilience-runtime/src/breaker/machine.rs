@@ -5,16 +5,15 @@
 use tokio::time::Instant;
 
 use super::config::{BreakerConfig, Window};
+use super::hooks::{FamilyWide, Hook, Hooks};
 #[cfg(all(feature = "breaker-redis", not(loom)))]
 use super::shared;
-use super::state::{CLOSED, HALF_OPEN, OPEN, Probes, State, Word, later};
-use super::{Fleet, family, report};
+use super::state::{CLOSED, HALF_OPEN, OPEN, Probes, Word, later};
+use super::{Fleet, report};
 use crate::clock::duration_nanos;
-use crate::striped::sync::{Arc, AtomicU64, OnceBox, Ordering::*, RwLock};
+use crate::striped::sync::{Arc, AtomicU64, OnceBox, Ordering::*};
 use crate::striped::window::{Counts, LastCalls, SlidingWindow};
 use crate::telemetry::Labels;
-
-pub(super) type Hook = Box<dyn Fn(&'static str, State, State) + Send + Sync>;
 
 /// `repr(C)`: the state word first and the window last, whose home
 /// thread's counter ends it (see [`SlidingWindow`]).
@@ -55,14 +54,14 @@ pub(super) struct Common {
     pub(super) origin_from_epoch: i64,
     /// A family's hooks and count of open members; `None` for a named
     /// breaker.
-    pub(super) family: Option<Box<family::FamilyWide>>,
+    pub(super) family: Option<Box<FamilyWide>>,
 }
 
 impl Common {
     pub(super) fn new(
         labels: Labels,
         config: BreakerConfig,
-        family: Option<Box<family::FamilyWide>>,
+        family: Option<Box<FamilyWide>>,
     ) -> Common {
         let origin = Instant::now();
         Common {
@@ -104,34 +103,6 @@ impl More {
             return true;
         }
         self.last_calls.is_some()
-    }
-}
-
-/// The hooks called after each state change: a breaker's own, or a
-/// family's for all its members.
-pub(super) struct Hooks(RwLock<Vec<Hook>>);
-
-impl Hooks {
-    pub(super) fn new() -> Hooks {
-        Hooks(RwLock::new(Vec::new()))
-    }
-
-    pub(super) fn add(&self, hook: Hook) {
-        let mut hooks = self
-            .0
-            .write()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        hooks.push(hook);
-    }
-
-    pub(super) fn run(&self, name: &'static str, from: State, to: State) {
-        let hooks = self
-            .0
-            .read()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        for hook in hooks.iter() {
-            hook(name, from, to);
-        }
     }
 }
 

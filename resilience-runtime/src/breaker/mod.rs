@@ -169,6 +169,9 @@
 mod config;
 mod cut;
 mod family;
+#[cfg(all(feature = "breaker-redis", not(loom)))]
+mod fleet_sync;
+mod hooks;
 mod machine;
 mod permit;
 pub(crate) mod report;
@@ -605,7 +608,7 @@ impl CircuitBreaker {
         if before.wants_runtime_ticker() {
             ticker::register(&handle, Arc::downgrade(&self.inner) as _);
             #[cfg(feature = "breaker-redis")]
-            shared::start(&self.inner, &handle);
+            fleet_sync::start(&self.inner, &handle);
         }
     }
 

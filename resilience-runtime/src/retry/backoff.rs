@@ -4,6 +4,7 @@ use std::time::Duration;
 
 use rand::{Rng, RngCore};
 use resilience_rules::limits::{MAX_JITTER, MAX_MULTIPLIER};
+use resilience_rules::presets::{self, PresetJitter, RetryPreset};
 
 use crate::clock::duration_nanos;
 use crate::error::ConfigError;
@@ -103,30 +104,35 @@ impl Default for Backoff {
 impl Backoff {
     /// The [guide's](crate::guide#retry) HTTP schedule (see [# Default](Self#default)).
     pub const fn new() -> Self {
+        Self::of(&presets::HTTP)
+    }
+
+    /// A preset's schedule: the one place its values become a `Backoff`.
+    pub(crate) const fn of(preset: &RetryPreset) -> Self {
         Self {
-            initial: duration_nanos(Duration::from_millis(100)),
-            multiplier: 2.0,
-            max_interval: duration_nanos(Duration::from_secs(2)),
-            growth: Growth::Exponential,
-            jitter: Jitter::Symmetric(0.25),
+            initial: duration_nanos(preset.initial),
+            multiplier: preset.multiplier,
+            max_interval: duration_nanos(preset.max_interval),
+            growth: match preset.growth {
+                presets::Growth::Exponential => Growth::Exponential,
+                presets::Growth::Quadratic => Growth::Quadratic,
+            },
+            jitter: match preset.jitter {
+                PresetJitter::Symmetric(amount) => Jitter::Symmetric(amount),
+                PresetJitter::Additive(amount) => Jitter::Additive(amount),
+            },
         }
     }
 
     /// The background-consumer schedule: 500 ms, ×2, capped at 30 s, ±25 %.
     pub const fn background() -> Self {
-        Self::new()
-            .with_initial(Duration::from_millis(500))
-            .with_max_interval(Duration::from_secs(30))
+        Self::of(&presets::BACKGROUND)
     }
 
     /// The database-transaction schedule: `10 ms · attempt²` plus up to
     /// 25 % (10, 40, 90 ms …), capped at 1 s.
     pub const fn db_tx() -> Self {
-        Self::new()
-            .with_initial(Duration::from_millis(10))
-            .with_max_interval(Duration::from_secs(1))
-            .with_growth(Growth::Quadratic)
-            .with_jitter(Jitter::Additive(0.25))
+        Self::of(&presets::DB_TX)
     }
 
     /// The first pause, before randomization.

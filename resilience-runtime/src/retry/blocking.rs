@@ -9,7 +9,8 @@ use rand::RngCore;
 use std::ops::ControlFlow;
 
 use super::attempts::{Attempts, NotKept};
-use super::executor::{ByClassify, DefaultRng, Event, Hooks, Notify, Quiet, When};
+use super::executor::{ByClassify, Hooks, Notify, Quiet, When};
+use super::{DefaultRng, Event};
 use super::{FromRuntimeError, Policy, Verdict};
 
 /// Pauses a blocking chain between attempts: [`ThreadSleep`] by default; a

@@ -3,7 +3,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::error::ConfigError;
-use crate::striped::timed::{Ticked, TimedWindow};
+use crate::striped::ticked::Ticked;
+use crate::striped::timed::TimedWindow;
 
 /// Buckets of a budget's window: deposits leave it a tenth of `ttl` at a
 /// time.

@@ -18,8 +18,9 @@ use std::task::{Context, Poll, ready};
 use pin_project_lite::pin_project;
 
 use super::attempts::{AttemptTimer, Attempts, Driver};
-use super::executor::{DefaultRng, Event, GiveUp, When};
+use super::executor::When;
 use super::{Classify, FromRuntimeError, Policy, Reason, Verdict, layer};
+use super::{DefaultRng, Event, GiveUp};
 use crate::error::{Cause, Error};
 
 /// What a chain runs under: its policy and its name, behind one pointer

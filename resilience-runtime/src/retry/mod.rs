@@ -53,6 +53,7 @@ mod blocking;
 mod budget;
 pub(crate) mod chain;
 mod classify;
+mod events;
 mod executor;
 mod hedge;
 pub mod layer;
@@ -61,6 +62,7 @@ pub(crate) mod no_retry;
 mod per_call;
 mod policy;
 mod retry_after;
+mod rng;
 
 pub use attempts::{AttemptTimer, Attempts, Cut, Driver, Kept, Next, NotKept, Pause, Slot};
 pub use backoff::{Backoff, Delays, Growth, Jitter, MIN_JITTER};
@@ -69,12 +71,11 @@ pub use budget::{Budget, BudgetConfig};
 pub use classify::{
     AsHttpStatus, Classify, FromRuntimeError, HttpStatus, Outcome, Reason, SqlState, Verdict,
 };
-pub(crate) use executor::thread_rng;
-pub use executor::{
-    ByClassify, DefaultRng, Event, GiveUp, KeepLast, Notify, Quiet, Retry, SeededJitter, When,
-    seed_jitter,
-};
+pub use events::{Event, GiveUp};
+pub use executor::{ByClassify, KeepLast, Notify, Quiet, Retry, When};
 pub use hedge::{Hedge, MAX_HEDGED_ATTEMPTS};
 pub use per_call::{AtMost, at_most, once};
 pub use policy::{Policy, PolicyBuilder};
 pub use retry_after::{AsRetryAfter, parse_retry_after, parse_retry_after_bytes};
+pub(crate) use rng::thread_rng;
+pub use rng::{DefaultRng, SeededJitter, seed_jitter};

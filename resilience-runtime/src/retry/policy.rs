@@ -4,6 +4,7 @@ use std::num::NonZeroU64;
 use std::time::Duration;
 
 use resilience_rules::limits::MAX_ATTEMPTS;
+use resilience_rules::presets;
 
 use super::backoff::{Backoff, Jitter};
 use super::budget::Budget;
@@ -234,9 +235,9 @@ impl PolicyBuilder {
     /// The values of [`Policy::http`].
     pub const fn http() -> Self {
         Self {
-            backoff: Backoff::new(),
-            max_attempts: 3,
-            max_elapsed: Duration::from_secs(5),
+            backoff: Backoff::of(&presets::HTTP),
+            max_attempts: presets::HTTP.max_attempts,
+            max_elapsed: presets::HTTP.max_elapsed,
             attempt_timeout: None,
             max_retry_after: MAX_RETRY_AFTER,
         }
@@ -245,9 +246,9 @@ impl PolicyBuilder {
     /// The values of [`Policy::background`].
     pub const fn background() -> Self {
         Self {
-            backoff: Backoff::background(),
-            max_attempts: 6,
-            max_elapsed: Duration::from_secs(120),
+            backoff: Backoff::of(&presets::BACKGROUND),
+            max_attempts: presets::BACKGROUND.max_attempts,
+            max_elapsed: presets::BACKGROUND.max_elapsed,
             attempt_timeout: None,
             max_retry_after: MAX_RETRY_AFTER,
         }
@@ -256,9 +257,9 @@ impl PolicyBuilder {
     /// The values of [`Policy::db_tx`].
     pub const fn db_tx() -> Self {
         Self {
-            backoff: Backoff::db_tx(),
-            max_attempts: 3,
-            max_elapsed: Duration::from_secs(5),
+            backoff: Backoff::of(&presets::DB_TX),
+            max_attempts: presets::DB_TX.max_attempts,
+            max_elapsed: presets::DB_TX.max_elapsed,
             attempt_timeout: None,
             max_retry_after: MAX_RETRY_AFTER,
         }

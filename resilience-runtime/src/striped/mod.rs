@@ -7,7 +7,7 @@
 //!   window of the last n calls);
 //! - `timed`: a sliding time window with no breaker around it;
 //! - `ticker`, `thread_ticker`: the task of each Tokio runtime, and the
-//!   thread outside any runtime, that move anything [`Ticked`](timed::Ticked)
+//!   thread outside any runtime, that move anything [`Ticked`](ticked::Ticked)
 //!   to its next bucket boundary;
 //! - `sync`: `std::sync`, or `loom::sync` in the model test.
 //!
@@ -18,6 +18,7 @@ pub(crate) mod owner;
 pub(crate) mod sync;
 #[cfg(not(loom))]
 pub(crate) mod thread_ticker;
+pub(crate) mod ticked;
 #[cfg(not(loom))]
 pub(crate) mod ticker;
 pub(crate) mod timed;

@@ -26,7 +26,8 @@ use std::sync::{Condvar, Mutex, MutexGuard, OnceLock, PoisonError, Weak};
 use tokio::time::Instant;
 
 use super::sync::Ordering::*;
-use super::ticker::{Entry, Ticked};
+use super::ticked::Ticked;
+use super::ticker::Entry;
 use super::{NO_TICKER, PRECISE, THREAD};
 
 /// Breakers registered since the thread last looked, and its wake-up.

@@ -29,7 +29,7 @@ use tokio::sync::Notify;
 use tokio::time::{Instant, sleep_until};
 
 use super::sync::Ordering::*;
-pub(crate) use super::timed::Ticked;
+pub(crate) use super::ticked::Ticked;
 use super::{NO_TICKER, PRECISE};
 
 /// How long before an event the ticker raises `PRECISE`.

@@ -1,7 +1,7 @@
 //! The one place that talks to the `metrics` facade, or compiles to nothing
 //! without the `metrics` feature.
 
-use super::Labels;
+use super::{FALLBACKS_TOTAL, Fallback, Labels};
 
 #[cfg(feature = "metrics")]
 mod facade {
@@ -323,4 +323,30 @@ pub fn recorder_installed() -> bool {
 /// metrics are recorded whether or not it is called.
 pub fn describe() {
     facade::describe()
+}
+
+/// Records that a call to `labels.target()` was answered by a fallback:
+/// counts it in `http_client_fallbacks_total{kind}` and logs it at WARN
+/// (a stale answer is always logged: see the guide's
+/// [fallbacks](crate::guide#fallbacks)).
+///
+/// ```
+/// use resilience::telemetry::{self, Fallback, Labels};
+///
+/// const USER: Labels = Labels::new("checkout", "user");
+/// # let cache: Option<&str> = Some("cached user");
+/// if let Some(stale) = cache {
+///     telemetry::fallback(USER, Fallback::Stale);
+///     # let _ = stale;
+/// }
+/// ```
+pub fn fallback(labels: Labels, kind: Fallback) {
+    tracing::warn!(
+        target: "resilience",
+        service = labels.service(),
+        target = labels.target(),
+        kind = kind.as_str(),
+        "answered by a fallback"
+    );
+    increment(FALLBACKS_TOTAL, labels, &[("kind", kind.as_str())]);
 }

@@ -2,8 +2,6 @@
 
 use crate::retry::{Classify, Reason};
 
-use super::{FALLBACKS_TOTAL, emit};
-
 /// The `service` label when none is configured (OpenTelemetry's default);
 /// `registry::UNKNOWN_SERVICE` names it for users.
 pub(crate) const UNKNOWN_SERVICE: &str = "unknown_service";
@@ -233,32 +231,6 @@ impl Fallback {
             Fallback::Function => "fallback_fn",
         }
     }
-}
-
-/// Records that a call to `labels.target()` was answered by a fallback:
-/// counts it in `http_client_fallbacks_total{kind}` and logs it at WARN
-/// (a stale answer is always logged: see the guide's
-/// [fallbacks](crate::guide#fallbacks)).
-///
-/// ```
-/// use resilience::telemetry::{self, Fallback, Labels};
-///
-/// const USER: Labels = Labels::new("checkout", "user");
-/// # let cache: Option<&str> = Some("cached user");
-/// if let Some(stale) = cache {
-///     telemetry::fallback(USER, Fallback::Stale);
-///     # let _ = stale;
-/// }
-/// ```
-pub fn fallback(labels: Labels, kind: Fallback) {
-    tracing::warn!(
-        target: "resilience",
-        service = labels.service(),
-        target = labels.target(),
-        kind = kind.as_str(),
-        "answered by a fallback"
-    );
-    emit::increment(FALLBACKS_TOTAL, labels, &[("kind", kind.as_str())]);
 }
 
 #[cfg(test)]

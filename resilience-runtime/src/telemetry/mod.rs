@@ -125,8 +125,8 @@ mod retries;
 mod tests;
 
 pub use call::{CallScope, Entered, Observed, observe};
-pub use emit::{describe, recorder_installed};
-pub use labels::{AttemptResult, Fallback, Labels, Status, attempt_label, fallback};
+pub use emit::{describe, fallback, recorder_installed};
+pub use labels::{AttemptResult, Fallback, Labels, Status, attempt_label};
 pub(crate) use labels::{UNKNOWN_SERVICE, publish_service};
 pub use retries::RetryMetrics;
 

@@ -5,13 +5,14 @@
 use std::fmt;
 use std::hash::{BuildHasher, RandomState};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::*};
-use std::sync::{Arc, Mutex, PoisonError, RwLock};
+use std::sync::{Arc, PoisonError, RwLock};
 use std::time::Duration;
 
 use hashbrown::HashTable;
 use tokio::time::Instant;
 
-use super::machine::{Common, Hooks};
+use super::hooks::FamilyWide;
+use super::machine::Common;
 use super::state::{CLOSED, Word};
 use super::{BreakerConfig, CircuitBreaker, State, report};
 use crate::clock::duration_nanos;
@@ -425,10 +426,7 @@ impl BreakerFamily {
             .map_err(|err| err.with_subject(format!("breaker family `{name}`")))?;
         let labels = Labels::new(service, name);
         report::breaker_created(labels, State::Closed);
-        let wide = FamilyWide {
-            counts: Mutex::new([0; 3]),
-            hooks: Hooks::new(),
-        };
+        let wide = FamilyWide::new();
         Ok(BreakerFamily {
             inner: Arc::new(Family {
                 config,
@@ -737,76 +735,6 @@ impl fmt::Debug for BreakerFamily {
             .field("members", &self.len())
             .field("config", &self.inner.config)
             .finish_non_exhaustive()
-    }
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
-/// What the members of a family share beyond their configuration: the
-/// family's hooks and how many members are in each state, for its gauge.
-pub(super) struct FamilyWide {
-    /// Closed (unused: members are not counted closed), half-open, open.
-    counts: Mutex<[usize; 3]>,
-    /// Called after each state change of every member.
-    pub(super) hooks: Hooks,
-}
-
-fn index(state: State) -> Option<usize> {
-    match state {
-        State::Closed => None,
-        State::HalfOpen => Some(1),
-        State::Open => Some(2),
-    }
-}
-
-impl FamilyWide {
-    fn count(&self, state: State) -> usize {
-        index(state).map_or(0, |i| lock(&self.counts)[i])
-    }
-
-    /// Moves one member from `from` to `to`, then the gauge, under one
-    /// lock so that two members' transitions cannot leave it stale.
-    fn moved(&self, labels: Labels, from: Option<State>, to: Option<State>) {
-        let mut counts = lock(&self.counts);
-        if let Some(i) = from.and_then(index) {
-            counts[i] = counts[i].saturating_sub(1);
-        }
-        if let Some(i) = to.and_then(index) {
-            counts[i] += 1;
-        }
-        let worst = if counts[2] > 0 {
-            State::Open
-        } else if counts[1] > 0 {
-            State::HalfOpen
-        } else {
-            State::Closed
-        };
-        report::family_state(labels, worst);
-    }
-
-    /// A member's state change: its WARN (with the key), its trip, the
-    /// family's gauge.
-    pub(super) fn transition(
-        &self,
-        labels: Labels,
-        key: &str,
-        from: State,
-        to: State,
-        forced: bool,
-    ) {
-        report::member_transition(labels, key, from, to, forced);
-        if from != to {
-            self.moved(labels, Some(from), Some(to));
-        }
-    }
-
-    /// A member dropped in `state`.
-    pub(super) fn forget(&self, labels: Labels, state: State) {
-        if state != State::Closed {
-            self.moved(labels, Some(state), None);
-        }
     }
 }
 

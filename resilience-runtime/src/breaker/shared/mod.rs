@@ -16,8 +16,7 @@
 //! - [`Link::wake`]: each local transition wakes the task, so that a local
 //!   trip is published at once rather than at the next sync.
 
-mod script;
-mod sync;
+pub(super) mod script;
 
 use std::time::Duration;
 
@@ -28,21 +27,19 @@ use super::config::Sharing;
 use super::sync::{AtomicBool, AtomicU64, Ordering::*};
 use crate::telemetry::Labels;
 
-pub(super) use sync::start;
-
 /// What a shared breaker and its sync task share.
 pub(crate) struct Link {
     pub(crate) sharing: Sharing,
     /// Redis answered the last sync.
-    joined: AtomicBool,
+    pub(super) joined: AtomicBool,
     /// `half-open generation << 32 | probes`: how many probes the fleet
     /// granted this replica, for the half-open period of that generation.
-    grant: AtomicU64,
+    pub(super) grant: AtomicU64,
     /// A sync task runs for this breaker.
-    syncing: AtomicBool,
-    wake: Notify,
+    pub(super) syncing: AtomicBool,
+    pub(super) wake: Notify,
     /// The Redis keys' common prefix, `resilience:breaker:{service/name}`.
-    prefix: String,
+    pub(super) prefix: String,
 }
 
 impl Link {
@@ -92,12 +89,12 @@ impl Link {
         }
     }
 
-    fn set_grant(&self, generation: u32, probes: u32) {
+    pub(super) fn set_grant(&self, generation: u32, probes: u32) {
         self.grant
             .store((u64::from(generation) << 32) | u64::from(probes), Release);
     }
 
-    fn interval(&self) -> Duration {
+    pub(super) fn interval(&self) -> Duration {
         self.sharing.sync_interval()
     }
 }

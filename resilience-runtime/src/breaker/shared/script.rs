@@ -32,7 +32,7 @@ use redis::Script;
 ///
 /// Returns `{calls, failures, slow, gen, closed, open pttl (-2 when not
 /// open), tokens taken}`.
-pub(super) static SYNC: LazyLock<Script> = LazyLock::new(|| {
+pub(in crate::breaker) static SYNC: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r"
         local p = KEYS[1]

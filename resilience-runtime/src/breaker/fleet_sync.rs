@@ -24,11 +24,11 @@ use redis::aio::ConnectionManager;
 use tokio::runtime::Handle;
 use tokio::time::{Instant, sleep_until};
 
-use super::super::Inner;
-use super::super::config::BUCKETS;
-use super::super::state::{CLOSED, HALF_OPEN, OPEN, Probes, Word};
-use super::super::sync::Ordering::*;
-use super::{Link, script};
+use super::Inner;
+use super::config::BUCKETS;
+use super::shared::{Link, script};
+use super::state::{CLOSED, HALF_OPEN, OPEN, Probes, Word};
+use super::sync::Ordering::*;
 use crate::clock::duration_nanos;
 use crate::striped::window::Counts;
 
