@@ -55,7 +55,7 @@ impl GiveUp {
     }
 }
 
-/// What a [`Notify`] hook sees: the outcome of each attempt.
+/// What a [`Notify`](super::Notify) hook sees: the outcome of each attempt.
 #[derive(Debug)]
 #[non_exhaustive]
 pub enum Event<'a, E> {
