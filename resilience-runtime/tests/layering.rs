@@ -119,16 +119,7 @@ fn no_cycle_between_top_level_modules() {
             if path.iter().min() != Some(start) {
                 continue;
             }
-            writeln!(cycles, "{}:", path.join(" -> ")).unwrap();
-            for pair in path.windows(2) {
-                let import = &edges[&pair[0]][&pair[1]];
-                writeln!(
-                    cycles,
-                    "    {}:{}: {}",
-                    import.file, import.line, import.text
-                )
-                .unwrap();
-            }
+            describe_cycle(&mut cycles, "", &path, &edges);
         }
     }
     assert!(
@@ -569,6 +560,21 @@ fn blank_comments_and_literals(source: &str) -> String {
     out
 }
 
+/// One cycle for the failure message: its modules, then the line of each
+/// import that makes it.
+fn describe_cycle(
+    out: &mut String,
+    heading: &str,
+    path: &[String],
+    edges: &BTreeMap<String, BTreeMap<String, Import>>,
+) {
+    writeln!(out, "{heading}{}:", path.join(" -> ")).unwrap();
+    for pair in path.windows(2) {
+        let import = &edges[&pair[0]][&pair[1]];
+        writeln!(out, "    {}:{}: {}", import.file, import.line, import.text).unwrap();
+    }
+}
+
 /// A path of imports from `start` back to `start`, if there is one.
 fn cycle_through(
     start: &str,
@@ -623,16 +629,7 @@ fn no_cycle_between_files_of_one_folder() {
                 if !seen.insert(members) {
                     continue;
                 }
-                writeln!(cycles, "in {root}/{folder}: {}", path.join(" -> ")).unwrap();
-                for pair in path.windows(2) {
-                    let import = &edges[&pair[0]][&pair[1]];
-                    writeln!(
-                        cycles,
-                        "    {}:{}: {}",
-                        import.file, import.line, import.text
-                    )
-                    .unwrap();
-                }
+                describe_cycle(&mut cycles, &format!("in {root}/{folder}: "), &path, edges);
             }
         }
     }
