@@ -117,10 +117,11 @@ impl Link {
     }
 
     /// A lease answered: `granted` tokens asked for at `asked`, among
-    /// `replicas`.
-    pub(super) fn leased(&self, granted: u32, replicas: u32, asked: u64) {
+    /// `replicas`, the request having left when the replica had admitted
+    /// `alone_before` calls alone since the one before.
+    pub(super) fn leased(&self, granted: u32, replicas: u32, asked: u64, alone_before: u32) {
         let now = self.clock.now();
-        self.with_stock(|stock| stock.lease(&self.plan, granted, asked, now));
+        self.with_stock(|stock| stock.lease(&self.plan, granted, asked, now, alone_before));
         self.replicas.store(replicas.max(1), Relaxed);
         self.last_lease.store(granted, Relaxed);
         emit::gauge(RATE_LIMIT_LEASE_TOKENS, self.labels(), f64::from(granted));

@@ -113,6 +113,15 @@ use crate::telemetry::Labels;
 /// answer. Never unlimited, never zero. A replica that never reached Redis
 /// counts itself alone: its share is the whole quota.
 ///
+/// The first lease after deciding alone counts the calls the replica
+/// admitted alone in the lease period before it as taken from that
+/// lease, up to the quarter a lease may give at once. A lease may give a
+/// quarter at once because the lease before it ran out that much before
+/// the period's end; the local GCRA paced calls evenly up to the answer
+/// and left no such gap, so in the second Redis answers again each
+/// replica would otherwise admit that quarter on top of its share, and
+/// the fleet a tenth more than the quota.
+///
 /// # Example
 ///
 /// ```no_run

@@ -144,6 +144,8 @@ struct Lease {
 pub(super) struct Stock {
     leases: VecDeque<Lease>,
     alone: Option<Pace>,
+    /// Calls the local GCRA admitted since the last lease request.
+    alone_admitted: u32,
     /// When the next lease is expected, for a refused call's retry-after.
     pub(super) next_lease: u64,
 }
@@ -161,27 +163,54 @@ impl Stock {
         Stock {
             leases: VecDeque::new(),
             alone: None,
+            alone_admitted: 0,
             next_lease: 0,
         }
+    }
+
+    /// A lease request leaves: the calls admitted alone since the last
+    /// one, for [`lease`](Self::lease) to count against the answer.
+    pub(super) fn requested(&mut self) -> u32 {
+        std::mem::take(&mut self.alone_admitted)
     }
 
     /// A lease of `granted` tokens asked for at `asked` and received at
     /// `now`: spent at an even pace over one lease period, a quarter of
     /// it at once at most, until `asked + life`. Ends deciding alone.
-    pub(super) fn lease(&mut self, plan: &Plan, granted: u32, asked: u64, now: u64) {
-        self.alone = None;
+    ///
+    /// The first lease after deciding alone counts what the replica
+    /// admitted alone in the lease period before it (`alone_before`, and
+    /// any since the request left) as taken from it, up to that quarter.
+    /// A lease after a lease may spend its quarter at once because the
+    /// lease before ran out that much ahead of the period's end, spent at
+    /// its own start; the local GCRA left no such gap, having paced calls
+    /// evenly right up to the answer, so the quarter would come on top of
+    /// them, and every replica coming back in the same second would
+    /// admit it twice.
+    pub(super) fn lease(
+        &mut self,
+        plan: &Plan,
+        granted: u32,
+        asked: u64,
+        now: u64,
+        alone_before: u32,
+    ) {
+        let was_alone = self.alone.take().is_some();
+        let alone = alone_before.saturating_add(std::mem::take(&mut self.alone_admitted));
         self.next_lease = asked + plan.period;
         if granted == 0 {
             return;
         }
         let interval = (plan.period / u64::from(granted)).max(1);
+        let quarter = granted.div_ceil(4);
+        let spent = if was_alone { alone.min(quarter) } else { 0 };
         self.leases.push_back(Lease {
             pace: Pace {
-                tat: now,
+                tat: now + u64::from(spent) * interval,
                 interval,
-                tolerance: tolerances(interval, granted.div_ceil(4)),
+                tolerance: tolerances(interval, quarter),
             },
-            left: granted,
+            left: granted - spent,
             expires: asked + plan.life,
         });
         // At most the leases still alive; older ones are void.
@@ -245,6 +274,7 @@ impl Stock {
             match alone.place(now, priority, wait) {
                 Ok(at) => {
                     alone.take(now);
+                    self.alone_admitted = self.alone_admitted.saturating_add(1);
                     return Ok(at);
                 }
                 Err(after) => soonest = soonest.min(after),

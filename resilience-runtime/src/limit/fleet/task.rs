@@ -69,6 +69,7 @@ async fn run(guard: Running) {
         let asked = link.clock.now();
         let offered = link.offered.swap(0, AcqRel);
         let admitted = link.admitted.swap(0, AcqRel);
+        let alone_before = link.with_stock(super::stock::Stock::requested);
         let elapsed = crate::clock::duration_nanos(asked_at - last_asked);
         last_asked = asked_at;
         let replicas = link.replicas.load(Relaxed);
@@ -109,7 +110,7 @@ async fn run(guard: Running) {
         let mut next = asked_at + nanos(plan.period);
         match answer {
             Ok(Ok((granted, replicas, since))) => {
-                link.leased(granted, replicas, asked);
+                link.leased(granted, replicas, asked, alone_before);
                 short = granted < ask;
                 if !first {
                     fresh = false;

@@ -55,7 +55,7 @@ fn a_lease_is_a_period_of_the_recent_rate_grown_by_at_most_a_quarter() {
 async fn a_lease_is_spent_at_its_pace_and_void_after_its_life() {
     let plan = plan();
     let mut stock = Stock::new();
-    stock.lease(&plan, 100, 0, MS);
+    stock.lease(&plan, 100, 0, MS, 0);
     // A quarter at once, then one every 5.5 ms.
     let at_once = (0..100)
         .take_while(|_| stock.take(MS, Priority::Critical, 0).is_ok())
@@ -66,7 +66,7 @@ async fn a_lease_is_spent_at_its_pace_and_void_after_its_life() {
     assert!(!refused.empty);
     // Default calls leave the last tenth of the quarter to critical ones.
     let mut stock = Stock::new();
-    stock.lease(&plan, 100, 0, 0);
+    stock.lease(&plan, 100, 0, 0, 0);
     let default = (0..100)
         .take_while(|_| stock.take(0, Priority::Default, 0).is_ok())
         .count();
@@ -83,7 +83,7 @@ async fn a_lease_is_spent_at_its_pace_and_void_after_its_life() {
     }
     assert_eq!(admitted + default + 1, 100);
     let mut stock = Stock::new();
-    stock.lease(&plan, 100, 0, 0);
+    stock.lease(&plan, 100, 0, 0, 0);
     assert!(
         stock.take(600 * MS, Priority::Critical, 0).is_err(),
         "void at its life's end"
@@ -95,7 +95,7 @@ async fn a_lease_is_spent_at_its_pace_and_void_after_its_life() {
 async fn redis_down_the_replica_admits_its_share_alone_then_leases_again() {
     let plan = plan();
     let mut stock = Stock::new();
-    stock.lease(&plan, 110, 0, 0);
+    stock.lease(&plan, 110, 0, 0, 0);
     // Spent at its pace until the lease period ends.
     let mut now = 0;
     let mut admitted = 0;
@@ -130,8 +130,10 @@ async fn redis_down_the_replica_admits_its_share_alone_then_leases_again() {
         "the share's burst (200) but the critical reserve"
     );
     assert_eq!(later, 200);
-    // Redis answers: a lease ends deciding alone.
-    stock.lease(&plan, 110, 61_000 * MS, 61_000 * MS);
+    // Redis answers: a lease ends deciding alone. Its first quarter (28)
+    // counts as taken by the calls admitted alone just before it.
+    let alone_before = stock.requested();
+    stock.lease(&plan, 110, 61_000 * MS, 61_000 * MS, alone_before);
     assert!(!stock.is_alone());
     let mut leased = 0;
     let mut now = 61_000 * MS;
@@ -139,14 +141,74 @@ async fn redis_down_the_replica_admits_its_share_alone_then_leases_again() {
         leased += u32::from(stock.take(now, Priority::Default, 0).is_ok());
         now += MS / 4;
     }
-    assert_eq!(leased, 110, "only the lease, nothing of the share");
+    assert_eq!(leased, 110 - 28, "only the lease, nothing of the share");
+}
+
+/// Five replicas coming back from deciding alone must stay within the
+/// quota (and at 80 % of it at least) in the second Redis answers again:
+/// each within its share, 200 calls in any 1 s window (one more for the
+/// GCRA's count, `r t + 1`), the window holding both what it admitted
+/// alone and its first leases. Offered a call every millisecond (five
+/// times its share), alone at 1,000 / 5, then leases of its share (110 a
+/// period) from the answer on, as the fleet's bucket grants them.
+#[tokio::test(start_paused = true)]
+async fn the_second_redis_answers_again_a_replica_stays_within_its_share() {
+    let plan = plan();
+    let run = |answer: u64| {
+        let mut stock = Stock::new();
+        stock.alone(&plan, 5, 0);
+        let mut admitted = Vec::new();
+        let mut at_answer = 0;
+        for ms in 0..answer + 3000 {
+            let now = ms * MS;
+            // The task's requests every period: failed until the answer,
+            // then each answered with a share.
+            if ms % 550 == answer % 550 {
+                let alone_before = stock.requested();
+                if ms == answer {
+                    at_answer = alone_before;
+                }
+                if ms >= answer {
+                    stock.lease(&plan, 110, now, now, alone_before);
+                }
+            }
+            if stock.take(now, Priority::Default, 0).is_ok() {
+                admitted.push(ms);
+            }
+        }
+        assert_eq!(at_answer, 110, "alone at its share over the last period");
+        admitted
+    };
+    for answer in [3000, 3137, 3412, 3549] {
+        let admitted = run(answer);
+        let window = |from: u64| {
+            admitted
+                .iter()
+                .filter(|&&ms| (from..from + 1000).contains(&ms))
+                .count()
+        };
+        // Every 1 s window holding the answer.
+        let most = (answer - 999..=answer).map(window).max().unwrap();
+        let least = (answer - 999..=answer).map(window).min().unwrap();
+        assert!(
+            most <= 201 && least >= 160,
+            "answered at {answer} ms: 1 s windows from {least} to {most}, the share is 200"
+        );
+        // Alone before and leasing after, each at its share.
+        assert_eq!(window(answer - 1000), 200);
+        assert!(
+            (195..=221).contains(&window(answer + 1100)),
+            "{}",
+            window(answer + 1100)
+        );
+    }
 }
 
 #[tokio::test(start_paused = true)]
 async fn with_no_stock_a_call_is_told_when_the_next_lease_comes() {
     let plan = plan();
     let mut stock = Stock::new();
-    stock.lease(&plan, 0, 0, MS);
+    stock.lease(&plan, 0, 0, MS, 0);
     assert_eq!(
         stock.take(10 * MS, Priority::Critical, 0),
         Err(super::stock::Refused {
