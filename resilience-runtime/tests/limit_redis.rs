@@ -270,3 +270,132 @@ async fn redis_killed_or_frozen_each_replica_admits_its_share_then_leases_again(
         "a call spent {slowest:?} in its limiter"
     );
 }
+
+/// The guide's three metrics of a shared rate limit
+/// (`resilience::guide`, *Metrics and alerts*), each with exactly the
+/// labels `service` and `target`, as a recorder of this thread (the
+/// runtime runs the lease task here too) holds them: the last value of
+/// each gauge set, the counter's increments, `None` for what was not
+/// emitted.
+fn fleet_metrics(
+    recorder: &metrics_util::debugging::DebuggingRecorder,
+    target: &str,
+) -> (Option<f64>, Option<u64>, Option<f64>) {
+    use metrics_util::debugging::DebugValue;
+    let (mut lease, mut round_trips, mut fallback) = (None, None, None);
+    for (key, _, _, value) in recorder.snapshotter().snapshot().into_vec() {
+        let key = key.key();
+        let mut labels: Vec<(String, String)> = key
+            .labels()
+            .map(|l| (l.key().to_owned(), l.value().to_owned()))
+            .collect();
+        labels.sort();
+        if labels
+            != [
+                ("service".to_owned(), "unknown_service".to_owned()),
+                ("target".to_owned(), target.to_owned()),
+            ]
+        {
+            continue;
+        }
+        match (key.name(), value) {
+            ("http_client_rate_limit_lease_tokens", DebugValue::Gauge(v)) => {
+                lease = Some(v.into_inner())
+            }
+            ("http_client_rate_limit_redis_round_trips_total", DebugValue::Counter(n)) => {
+                round_trips = Some(n)
+            }
+            ("http_client_rate_limit_shared_fallback", DebugValue::Gauge(v)) => {
+                fallback = Some(v.into_inner())
+            }
+            ("http_client_rate_limit_admitted_total" | "http_client_shed_total", _) => {}
+            (name, value) => panic!("unexpected {name} = {value:?} for {target}"),
+        }
+    }
+    (lease, round_trips, fallback)
+}
+
+/// A lease taken sets `http_client_rate_limit_lease_tokens` to its tokens;
+/// every lease request counts one in
+/// `http_client_rate_limit_redis_round_trips_total`;
+/// `http_client_rate_limit_shared_fallback` is 1 before the first answer
+/// and once Redis is killed, 0 from the first answer and again from the
+/// first answer after the restart. Each phase has a recorder of its own
+/// (a snapshot empties the debugging recorder), so a value read was
+/// emitted in that phase.
+#[cfg(feature = "metrics")]
+#[tokio::test(flavor = "current_thread")]
+#[ignore = "needs redis-server on the PATH"]
+async fn a_lease_a_round_trip_and_the_fallback_are_metrics() {
+    use metrics_util::debugging::DebuggingRecorder;
+    const PORT: u16 = 6395;
+    let name = unique("metrics");
+    let mut server = OwnRedis::start(PORT).await;
+
+    let built = DebuggingRecorder::new();
+    let local = metrics::set_default_local_recorder(&built);
+    let limit = FleetRateLimit::new(name, Rate::per_second(QUOTA), "redis://127.0.0.1:6395/")
+        .unwrap()
+        .with_burst(200)
+        .unwrap();
+    drop(local);
+    assert_eq!(fleet_metrics(&built, name), (None, None, Some(1.0)));
+
+    // Offered a call a millisecond until a lease with tokens came.
+    let offer = || async {
+        for _ in 0..5 {
+            let _ = limit.try_acquire(Priority::Default);
+            sleep(Duration::from_millis(1)).await;
+        }
+    };
+    let leasing = DebuggingRecorder::new();
+    let local = metrics::set_default_local_recorder(&leasing);
+    let start = Instant::now();
+    while !(limit.is_leasing() && limit.last_lease() > 0) {
+        assert!(start.elapsed() < Duration::from_secs(3), "no lease");
+        offer().await;
+    }
+    drop(local);
+    let sent = limit.round_trips();
+    assert!(sent >= 2, "an announcement, then a lease");
+    assert_eq!(
+        fleet_metrics(&leasing, name),
+        (Some(f64::from(limit.last_lease())), Some(sent), Some(0.0))
+    );
+
+    // Killed: the fallback is entered, each request still counted.
+    drop(server);
+    let killed = DebuggingRecorder::new();
+    let local = metrics::set_default_local_recorder(&killed);
+    let start = Instant::now();
+    while limit.is_leasing() || limit.round_trips() < sent + 3 {
+        assert!(start.elapsed() < Duration::from_secs(3), "still leasing");
+        offer().await;
+    }
+    drop(local);
+    let (lease, round_trips, fallback) = fleet_metrics(&killed, name);
+    assert_eq!(fallback, Some(1.0));
+    assert_eq!(round_trips, Some(limit.round_trips() - sent));
+    assert!(lease.is_none() || lease == Some(f64::from(limit.last_lease())));
+    let sent = limit.round_trips();
+
+    // Back: left at the first answer, the new lease's tokens shown.
+    let back = DebuggingRecorder::new();
+    let local = metrics::set_default_local_recorder(&back);
+    server = OwnRedis::start(PORT).await;
+    let start = Instant::now();
+    while !(limit.is_leasing() && limit.last_lease() > 0) {
+        assert!(start.elapsed() < Duration::from_secs(3), "no lease again");
+        offer().await;
+    }
+    drop(local);
+    assert_eq!(
+        fleet_metrics(&back, name),
+        (
+            Some(f64::from(limit.last_lease())),
+            Some(limit.round_trips() - sent),
+            Some(0.0)
+        )
+    );
+    drop(server);
+}
