@@ -529,7 +529,8 @@ fn attempts(value: &Expr, key: &str) -> syn::Result<u32> {
         syn::Error::new_spanned(
             value,
             format!(
-                "`{key}` must be a positive number of attempts: a retry chain is always bounded (an unbounded retry turns an outage into a self-inflicted denial of service); the default is 3"
+                "`{key}` must be a positive number of attempts: a retry chain is always bounded (an unbounded retry turns an outage into a self-inflicted denial of service); the default is {}",
+                resilience_rules::presets::HTTP.max_attempts
             ),
         )
     };

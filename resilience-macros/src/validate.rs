@@ -50,9 +50,15 @@ fn jitter_message(arg: &JitterArg, err: JitterError) -> String {
         JitterArg::Named(text) => format!("{text:?}"),
     };
     const KINDS: &str = "\"symmetric\", \"additive\", \"full\" or \"decorrelated\"";
+    let default = match presets::HTTP.jitter {
+        presets::PresetJitter::Symmetric(amount) | presets::PresetJitter::Additive(amount) => {
+            amount
+        }
+    };
     match err {
         JitterError::BelowMin => format!(
-            "`jitter = {written}` is below {MIN_JITTER:?}: clients that failed together would retry together, in waves that keep the dependency down (thundering herd)\n  = help: use a jitter between {MIN_JITTER:?} and {MAX_JITTER:?}; the default is 0.25, i.e. ±25 %"
+            "`jitter = {written}` is below {MIN_JITTER:?}: clients that failed together would retry together, in waves that keep the dependency down (thundering herd)\n  = help: use a jitter between {MIN_JITTER:?} and {MAX_JITTER:?}; the default is {default}, i.e. ±{} %",
+            default * 100.0
         ),
         JitterError::AboveMax => format!(
             "`jitter = {written}` is above {MAX_JITTER:?}: the jitter is a fraction of the pause (0.25 means ±25 %)\n  = help: use a jitter between {MIN_JITTER:?} and {MAX_JITTER:?}"
@@ -246,13 +252,15 @@ pub(crate) fn breaker(args: &BreakerArgs, errors: &mut Errors) {
     }
     if let Some(half_open) = &args.half_open {
         if half_open.get() == 0 {
-            errors.push(half_open.error(
-                "`half_open = 0` admits no probe, so an open breaker could never close again\n  = help: the default is 1 probe",
-            ));
+            errors.push(half_open.error(format!(
+                "`half_open = 0` admits no probe, so an open breaker could never close again\n  = help: the default is {} probe",
+                presets::BREAKER.half_open
+            )));
         } else if half_open.get() > MAX_PROBES {
             errors.push(half_open.error(format!(
-                "`half_open = {}` is more than the limit of {MAX_PROBES} probes: the probe counter holds no more, so the breaker could never close again\n  = help: the default is 1 probe; a few (1 to 10) are enough to see a dependency recover",
-                half_open.get()
+                "`half_open = {}` is more than the limit of {MAX_PROBES} probes: the probe counter holds no more, so the breaker could never close again\n  = help: the default is {} probe; a few (1 to 10) are enough to see a dependency recover",
+                half_open.get(),
+                presets::BREAKER.half_open
             )));
         }
     }
@@ -287,28 +295,28 @@ pub(crate) fn breaker(args: &BreakerArgs, errors: &mut Errors) {
             "window",
             MIN_WINDOW,
             "it is made of ten buckets of at least 1ms",
-            "60s",
+            presets::BREAKER.window,
         ),
         (
             &args.cooldown,
             "cooldown",
             MIN_BREAKER_TIMEOUT,
             "an open breaker waits that long before it probes",
-            "30s",
+            presets::BREAKER.cooldown,
         ),
         (
             &args.probe_timeout,
             "probe_timeout",
             MIN_BREAKER_TIMEOUT,
             "a half-open probe gets that long to answer before it counts as failed",
-            "5s",
+            presets::BREAKER.probe_timeout,
         ),
         (
             &args.call_timeout,
             "call_timeout",
             MIN_BREAKER_TIMEOUT,
             "a call gets that long to answer before it is cut and counts as failed",
-            "30s",
+            presets::BREAKER.call_timeout,
         ),
     ];
     for (arg, key, floor, why, default) in floors {
@@ -316,10 +324,11 @@ pub(crate) fn breaker(args: &BreakerArgs, errors: &mut Errors) {
             && arg.get() < floor
         {
             errors.push(arg.error(format!(
-                    "`{key} = \"{}\"` is shorter than {}: {why}\n  = help: the default is \"{default}\"",
-                    display(arg.get()),
-                    display(floor)
-                )));
+                "`{key} = \"{}\"` is shorter than {}: {why}\n  = help: the default is \"{}\"",
+                display(arg.get()),
+                display(floor),
+                display(default)
+            )));
         }
     }
     family(args, errors);
@@ -359,18 +368,20 @@ fn family(args: &BreakerArgs, errors: &mut Errors) {
         && (max.get() == 0 || max.get() > MAX_MEMBERS)
     {
         errors.push(max.error(format!(
-                "`max_members = {}` is outside 1 to {MAX_MEMBERS}: it caps how many breakers the family holds at once, each 250 B to 1 KiB\n  = help: the default is 1000",
-                max.get()
+                "`max_members = {}` is outside 1 to {MAX_MEMBERS}: it caps how many breakers the family holds at once, each 250 B to 1 KiB\n  = help: the default is {}",
+                max.get(),
+                presets::FAMILY.max_members
             )));
     }
     if let Some(idle) = &args.idle {
         let value = idle.get();
         if value < MIN_IDLE || value > MAX_IDLE {
             errors.push(idle.error(format!(
-                "`idle = \"{}\"` is outside {} to {}: a member unused that long, closed and without failures, is removed to make room\n  = help: the default is \"5m\"",
+                "`idle = \"{}\"` is outside {} to {}: a member unused that long, closed and without failures, is removed to make room\n  = help: the default is \"{}\"",
                 display(value),
                 display(MIN_IDLE),
-                display(MAX_IDLE)
+                display(MAX_IDLE),
+                display(presets::FAMILY.idle)
             )));
         }
     }

@@ -49,6 +49,10 @@ pub const MIN_WINDOW: Duration = Duration::from_millis(10);
 /// The shortest `cooldown`, `probe_timeout` and `call_timeout` of a breaker.
 pub const MIN_BREAKER_TIMEOUT: Duration = Duration::from_millis(1);
 
+/// The shortest `sync_interval` of a breaker shared through Redis: each
+/// sync is a round trip per replica.
+pub const MIN_SYNC_INTERVAL: Duration = Duration::from_millis(10);
+
 /// The most members a family of breakers may be given (250 MB of breakers
 /// at rest, at most 1 GiB).
 pub const MAX_MEMBERS: u32 = 1_000_000;

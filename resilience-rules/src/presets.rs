@@ -1,6 +1,6 @@
 //! The values each preset starts from: the retry policies `http`,
 //! `background` and `db_tx`, and the breaker's default, `critical` and
-//! `relaxed` settings. The runtime builds its `Policy` and `BreakerConfig`
+//! `relaxed` settings, and a family's bounds. The runtime builds its `Policy` and `BreakerConfig`
 //! presets from these, and the macros check an attribute's arguments
 //! against them, so a preset has one set of values wherever it is read.
 //!
@@ -135,6 +135,26 @@ pub const RELAXED: BreakerPreset = BreakerPreset {
     min_requests: 30,
     failure_ratio: 0.7,
     ..BREAKER
+};
+
+/// The bounds of a family of breakers (one per host, per tenant) when an
+/// application gives none: how many members it holds at once and how long
+/// a member may go unused before it may be removed to make room.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct FamilyPreset {
+    /// The most members held at once.
+    pub max_members: u32,
+    /// How long a member, closed and without failures, may go unused.
+    pub idle: Duration,
+}
+
+/// A family's default: 1,000 members (at most about 1 MiB of breakers),
+/// a member idle after 5 minutes unused. Not a value of the guide, which
+/// speaks of one breaker per dependency: a bound chosen so that a family
+/// keyed by something unbounded (a tenant id) cannot grow without limit.
+pub const FAMILY: FamilyPreset = FamilyPreset {
+    max_members: 1_000,
+    idle: Duration::from_secs(300),
 };
 
 #[cfg(test)]

@@ -159,7 +159,10 @@ pub(crate) use crate::striped::BUCKETS;
 // more calls than that to judge a dependency reacts after it has sent them
 // all), the most probes, and the floors of the window and the timeouts: one
 // definition, shared with the attributes' checks.
-use resilience_rules::limits::{MAX_CALLS, MAX_PROBES, MIN_BREAKER_TIMEOUT, MIN_WINDOW};
+use resilience_rules::duration::display;
+use resilience_rules::limits::{
+    MAX_CALLS, MAX_PROBES, MIN_BREAKER_TIMEOUT, MIN_SYNC_INTERVAL, MIN_WINDOW,
+};
 use resilience_rules::presets::{self, BreakerPreset};
 
 impl BreakerConfig {
@@ -360,7 +363,10 @@ impl BreakerConfig {
                 WHAT,
                 "min",
                 0,
-                "at least one call is needed before the breaker may trip; the default is 20",
+                format!(
+                    "at least one call is needed before the breaker may trip; the default is {}",
+                    presets::BREAKER.min_requests
+                ),
             ));
         }
         if self.min_requests > MAX_CALLS {
@@ -368,7 +374,10 @@ impl BreakerConfig {
                 WHAT,
                 "min",
                 self.min_requests,
-                "the limit is 1000000 calls: a breaker that needs more to judge a dependency reacts only after it has sent them all; the default is 20",
+                format!(
+                    "the limit is {MAX_CALLS} calls: a breaker that needs more to judge a dependency reacts only after it has sent them all; the default is {}",
+                    presets::BREAKER.min_requests
+                ),
             ));
         }
         if !ratio_ok(self.failure_ratio) {
@@ -385,7 +394,12 @@ impl BreakerConfig {
                     WHAT,
                     "window",
                     format!("{window:?}"),
-                    "a time window is at least 10ms (ten buckets of 1ms, the timer's resolution); the default is 60s",
+                    format!(
+                        "a time window is at least {} (ten buckets of {}, the timer's resolution); the default is {}",
+                        display(MIN_WINDOW),
+                        display(MIN_WINDOW / 10),
+                        display(presets::BREAKER.window)
+                    ),
                 ));
             }
             Window::Count(calls) if calls > MAX_CALLS => {
@@ -393,7 +407,9 @@ impl BreakerConfig {
                     WHAT,
                     "window_calls",
                     calls,
-                    "the limit is 1000000 calls: a window that long remembers failures long after the dependency recovered",
+                    format!(
+                        "the limit is {MAX_CALLS} calls: a window that long remembers failures long after the dependency recovered"
+                    ),
                 ));
             }
             Window::Count(calls) if calls < self.min_requests => {
@@ -414,7 +430,11 @@ impl BreakerConfig {
                 WHAT,
                 "cooldown",
                 format!("{:?}", self.cooldown),
-                "an open breaker needs a cooldown of at least 1ms before it probes; the default is 30s",
+                format!(
+                    "an open breaker needs a cooldown of at least {} before it probes; the default is {}",
+                    display(MIN_BREAKER_TIMEOUT),
+                    display(presets::BREAKER.cooldown)
+                ),
             ));
         }
         if self.probe_timeout < MIN_BREAKER_TIMEOUT {
@@ -422,7 +442,11 @@ impl BreakerConfig {
                 WHAT,
                 "probe_timeout",
                 format!("{:?}", self.probe_timeout),
-                "a probe needs at least 1ms to answer; the default is 5s",
+                format!(
+                    "a probe needs at least {} to answer; the default is {}",
+                    display(MIN_BREAKER_TIMEOUT),
+                    display(presets::BREAKER.probe_timeout)
+                ),
             ));
         }
         if self.call_timeout < MIN_BREAKER_TIMEOUT {
@@ -430,7 +454,11 @@ impl BreakerConfig {
                 WHAT,
                 "call_timeout",
                 format!("{:?}", self.call_timeout),
-                "a call needs at least 1ms to answer; the default is 30s",
+                format!(
+                    "a call needs at least {} to answer; the default is {}",
+                    display(MIN_BREAKER_TIMEOUT),
+                    display(presets::BREAKER.call_timeout)
+                ),
             ));
         }
         if self.half_open == 0 {
@@ -448,7 +476,10 @@ impl BreakerConfig {
                 WHAT,
                 "half_open",
                 self.half_open,
-                "the limit is 65535 probes (what the probe counter holds); the default is 1",
+                format!(
+                    "the limit is {MAX_PROBES} probes (what the probe counter holds); the default is {}",
+                    presets::BREAKER.half_open
+                ),
             ));
         }
         if let Some(slow) = self.slow_call {
@@ -506,12 +537,16 @@ impl BreakerConfig {
             ));
         }
         let interval = sharing.sync_interval();
-        if interval < Duration::from_millis(10) {
+        if interval < MIN_SYNC_INTERVAL {
             return Err(ConfigError::new(
                 WHAT,
                 "sync_interval",
                 format!("{interval:?}"),
-                "a sync costs a Redis round trip per replica; sync at least 10ms apart (the default is 1s)",
+                format!(
+                    "a sync costs a Redis round trip per replica; sync at least {} apart (the default is {})",
+                    display(MIN_SYNC_INTERVAL),
+                    display(Sharing::DEFAULT_SYNC_INTERVAL)
+                ),
             ));
         }
         if interval > self.cooldown {
@@ -520,8 +555,9 @@ impl BreakerConfig {
                 "sync_interval",
                 format!("{interval:?}"),
                 format!(
-                    "a sync interval longer than the cooldown ({:?}) lets replicas miss a whole opening of the fleet; sync more often (the default is 1s)",
-                    self.cooldown
+                    "a sync interval longer than the cooldown ({:?}) lets replicas miss a whole opening of the fleet; sync more often (the default is {})",
+                    self.cooldown,
+                    display(Sharing::DEFAULT_SYNC_INTERVAL)
                 ),
             ));
         }
@@ -635,6 +671,53 @@ mod tests {
             let err = config.validate().unwrap_err();
             assert_eq!((err.field(), err.value()), (field, value), "{err}");
             assert_eq!(err.subject(), "circuit breaker");
+        }
+    }
+
+    /// Each refusal states the bound it broke and the default to go back
+    /// to, as the guide gives them (20 calls, a 60 s window, a 30 s
+    /// cooldown, a 5 s probe, one probe) and as the attributes word them
+    /// (a duration in the configuration file's words: 60 s is `1m`).
+    #[test]
+    fn refusals_state_the_bound_and_the_guides_default() {
+        let ms = Duration::from_millis;
+        let cases = [
+            (
+                BreakerConfig::new().with_min_requests(0),
+                "the default is 20",
+            ),
+            (
+                BreakerConfig::new().with_min_requests(1_000_001),
+                "the limit is 1000000 calls",
+            ),
+            (
+                BreakerConfig::new().with_window(ms(9)),
+                "at least 10ms (ten buckets of 1ms, the timer's resolution); the default is 1m",
+            ),
+            (
+                BreakerConfig::new().with_count_window(1_000_001),
+                "the limit is 1000000 calls",
+            ),
+            (
+                BreakerConfig::new().with_cooldown(Duration::ZERO),
+                "at least 1ms before it probes; the default is 30s",
+            ),
+            (
+                BreakerConfig::new().with_probe_timeout(Duration::ZERO),
+                "at least 1ms to answer; the default is 5s",
+            ),
+            (
+                BreakerConfig::new().with_call_timeout(Duration::ZERO),
+                "at least 1ms to answer; the default is 30s",
+            ),
+            (
+                BreakerConfig::new().with_half_open(70_000),
+                "the limit is 65535 probes (what the probe counter holds); the default is 1",
+            ),
+        ];
+        for (config, reason) in cases {
+            let err = config.validate().unwrap_err().to_string();
+            assert!(err.contains(reason), "{err:?} should say {reason:?}");
         }
     }
 

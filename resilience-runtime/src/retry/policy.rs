@@ -3,6 +3,7 @@
 use std::num::NonZeroU64;
 use std::time::Duration;
 
+use resilience_rules::duration::display;
 use resilience_rules::limits::MAX_ATTEMPTS;
 use resilience_rules::presets;
 
@@ -366,7 +367,8 @@ impl PolicyBuilder {
                 "max_attempts",
                 self.max_attempts,
                 format!(
-                    "the limit is {MAX_ATTEMPTS} attempts: each is another request to a failing dependency; to retry for longer, raise `max_elapsed`; the default is 3"
+                    "the limit is {MAX_ATTEMPTS} attempts: each is another request to a failing dependency; to retry for longer, raise `max_elapsed`; the default is {}",
+                    presets::HTTP.max_attempts
                 ),
             ));
         }
@@ -375,7 +377,10 @@ impl PolicyBuilder {
                 WHAT,
                 "max_elapsed",
                 "0s",
-                "every retry chain needs a time bound (zero means \"unbounded\" in some libraries, so it is refused here); the default is \"5s\"",
+                format!(
+                    "every retry chain needs a time bound (zero means \"unbounded\" in some libraries, so it is refused here); the default is \"{}\"",
+                    display(presets::HTTP.max_elapsed)
+                ),
             ));
         }
         if let Some(timeout) = self.attempt_timeout {

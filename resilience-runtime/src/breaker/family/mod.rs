@@ -25,7 +25,9 @@ pub const MAX_MEMBERS: u32 = resilience_rules::limits::MAX_MEMBERS;
 
 // The shortest and the longest `idle`: a second, a day (shared with the
 // attributes' checks).
+use resilience_rules::duration::display;
 use resilience_rules::limits::{MAX_IDLE, MIN_IDLE};
+use resilience_rules::presets;
 
 /// The configuration of a [`BreakerFamily`]: its members' breaker
 /// configuration, its cap and when a member counts as idle.
@@ -64,8 +66,8 @@ impl FamilyConfig {
     pub const fn new() -> Self {
         Self {
             breaker: BreakerConfig::new(),
-            max_members: 1_000,
-            idle: Duration::from_secs(300),
+            max_members: presets::FAMILY.max_members,
+            idle: presets::FAMILY.idle,
         }
     }
 
@@ -121,7 +123,10 @@ impl FamilyConfig {
                 WHAT,
                 "max_members",
                 self.max_members,
-                "a family holds 1 to 1000000 members (each 250 B to 1 KiB); the default is 1000",
+                format!(
+                    "a family holds 1 to {MAX_MEMBERS} members (each 250 B to 1 KiB); the default is {}",
+                    presets::FAMILY.max_members
+                ),
             ));
         }
         if self.idle < MIN_IDLE || self.idle > MAX_IDLE {
@@ -129,7 +134,12 @@ impl FamilyConfig {
                 WHAT,
                 "idle",
                 format!("{:?}", self.idle),
-                "a member counts as idle after 1s to 24h unused; the default is 5m",
+                format!(
+                    "a member counts as idle after {} to {} unused; the default is {}",
+                    display(MIN_IDLE),
+                    display(MAX_IDLE),
+                    display(presets::FAMILY.idle)
+                ),
             ));
         }
         Ok(())

@@ -204,6 +204,19 @@ fn every_value_is_checked_and_named() {
     assert_eq!((err.field(), err.value()), ("idle", "999ms"));
     let err = check(FamilyConfig::new().with_idle(Duration::from_secs(86_401)));
     assert_eq!(err.field(), "idle");
+    // The same bounds and defaults the attribute's `max_members` and
+    // `idle` state, in the same words.
+    assert!(
+        err.to_string()
+            .contains("after 1s to 24h unused; the default is 5m"),
+        "{err}"
+    );
+    let err = check(FamilyConfig::new().with_max_members(0));
+    assert!(
+        err.to_string()
+            .contains("1 to 1000000 members (each 250 B to 1 KiB); the default is 1000"),
+        "{err}"
+    );
     let err = check(FamilyConfig::new().with_breaker(
         BreakerConfig::new().with_sharing(super::super::Sharing::redis("redis://x/")),
     ));

@@ -4,6 +4,8 @@ use std::time::Duration;
 
 use http::{HeaderName, Method, header};
 
+use resilience_rules::duration::display;
+
 use crate::error::ConfigError;
 
 /// The settings of an [`IdempotencyLayer`](super::IdempotencyLayer),
@@ -64,6 +66,10 @@ const MAX_TTL: Duration = Duration::from_secs(365 * 86_400);
 
 /// The longest store timeout accepted: a store slower than that is down.
 const MAX_STORE_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// The shortest `ttl`, `lock_ttl` and `store_timeout`: the timer's
+/// resolution.
+const MIN_TIMEOUT: Duration = Duration::from_millis(1);
 
 /// Headers that describe one connection, never a stored response.
 const HOP_BY_HOP: [HeaderName; 6] = [
@@ -253,11 +259,15 @@ impl IdempotencyConfigBuilder {
             );
         }
         for (field, ttl) in [("ttl", c.ttl), ("lock_ttl", c.lock_ttl)] {
-            if ttl < Duration::from_millis(1) || ttl > MAX_TTL {
+            if ttl < MIN_TIMEOUT || ttl > MAX_TTL {
                 return fail(
                     field,
                     format!("{ttl:?}"),
-                    "must be between 1ms and 365 days".into(),
+                    format!(
+                        "must be between {} and {} days",
+                        display(MIN_TIMEOUT),
+                        MAX_TTL.as_secs() / 86_400
+                    ),
                 );
             }
         }
@@ -271,11 +281,15 @@ impl IdempotencyConfigBuilder {
                 ),
             );
         }
-        if c.store_timeout < Duration::from_millis(1) || c.store_timeout > MAX_STORE_TIMEOUT {
+        if c.store_timeout < MIN_TIMEOUT || c.store_timeout > MAX_STORE_TIMEOUT {
             return fail(
                 "store_timeout",
                 format!("{:?}", c.store_timeout),
-                "must be between 1ms and 60s".into(),
+                format!(
+                    "must be between {} and {}",
+                    display(MIN_TIMEOUT),
+                    display(MAX_STORE_TIMEOUT)
+                ),
             );
         }
         if c.store_timeout >= c.lock_ttl / 3 {
