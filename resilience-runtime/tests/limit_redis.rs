@@ -277,6 +277,7 @@ async fn redis_killed_or_frozen_each_replica_admits_its_share_then_leases_again(
 /// runtime runs the lease task here too) holds them: the last value of
 /// each gauge set, the counter's increments, `None` for what was not
 /// emitted.
+#[cfg(feature = "metrics")]
 fn fleet_metrics(
     recorder: &metrics_util::debugging::DebuggingRecorder,
     target: &str,
