@@ -33,12 +33,15 @@ fn unique(name: &str) -> &'static str {
 }
 
 /// Five replicas offered a call every millisecond each (five times their
-/// share), counting the fleet's admissions per 10 ms and the longest time
-/// a call spent in its limiter.
+/// share), counting the fleet's admissions per 10 ms, the longest time a
+/// call spent in its limiter, and the longest a replica went without
+/// being offered a call (its task not run: the machine's scheduler, not
+/// the limiter).
 struct Fleet {
     limits: Vec<Arc<FleetRateLimit>>,
     slots: Arc<Vec<AtomicU32>>,
     slowest: Arc<AtomicU64>,
+    stalled: Arc<AtomicU64>,
     start: Instant,
 }
 
@@ -46,22 +49,33 @@ impl Fleet {
     fn start(url: &'static str, name: &'static str) -> Fleet {
         let slots: Arc<Vec<AtomicU32>> = Arc::new((0..SLOTS).map(|_| AtomicU32::new(0)).collect());
         let slowest = Arc::new(AtomicU64::new(0));
+        let stalled = Arc::new(AtomicU64::new(0));
         let start = Instant::now();
         let limits: Vec<Arc<FleetRateLimit>> = (0..REPLICAS)
             .map(|_| Arc::new(FleetRateLimit::new(name, Rate::per_second(QUOTA), url).unwrap()))
             .collect();
         for limit in &limits {
-            let (limit, slots, slowest) = (limit.clone(), slots.clone(), slowest.clone());
+            let (limit, slots, slowest, stalled) = (
+                limit.clone(),
+                slots.clone(),
+                slowest.clone(),
+                stalled.clone(),
+            );
             tokio::spawn(async move {
                 let mut tick = tokio::time::interval(Duration::from_millis(1));
+                let mut last = std::time::Instant::now();
                 loop {
                     tick.tick().await;
                     let before = std::time::Instant::now();
+                    let gap = before.duration_since(last).as_nanos() as u64;
+                    stalled.fetch_max(gap, Ordering::Relaxed);
+                    last = before;
                     let admitted = limit.try_acquire(Priority::Default).is_ok();
-                    let spent = before.elapsed().as_nanos() as u64;
+                    let after = std::time::Instant::now();
+                    let spent = after.duration_since(before).as_nanos() as u64;
                     slowest.fetch_max(spent, Ordering::Relaxed);
                     if admitted {
-                        let slot = start.elapsed().as_millis() as usize / 10;
+                        let slot = after.duration_since(start.into_std()).as_millis() as usize / 10;
                         if let Some(slot) = slots.get(slot) {
                             slot.fetch_add(1, Ordering::Relaxed);
                         }
@@ -73,6 +87,7 @@ impl Fleet {
             limits,
             slots,
             slowest,
+            stalled,
             start,
         }
     }
@@ -195,15 +210,28 @@ impl Drop for OwnRedis {
 /// one), so a 1 s window of five replicas each at its share may count
 /// one call more per replica than the quota: the 100 % is `QUOTA +
 /// REPLICAS` in calls counted.
+///
+/// A replica whose task the scheduler left unrun for `g` beyond its 1 ms
+/// tick was offered nothing for `g`, and its GCRA, saturated until then,
+/// admits the calls it missed when it runs again (a GCRA's tolerance is
+/// there to be caught up); a window that starts in that gap counts them.
+/// So each replica may count `g × share` more, `g` the longest stall
+/// measured in this run: on an idle machine a millisecond or two, a
+/// call or two.
 fn assert_alone(fleet: &Fleet, from: f64, to: f64, what: &str) {
     let windows = fleet.windows(from, to);
     let (min, max) = (
         windows.iter().min().copied().unwrap(),
         windows.iter().max().copied().unwrap(),
     );
+    let stalled = Duration::from_nanos(fleet.stalled.load(Ordering::Relaxed))
+        .saturating_sub(Duration::from_millis(1));
+    let share = f64::from(QUOTA) / REPLICAS as f64;
+    let caught_up = (stalled.as_secs_f64() * share).ceil() as u32 * REPLICAS as u32;
     assert!(
-        min >= QUOTA * 8 / 10 && max <= QUOTA + REPLICAS as u32,
-        "{what}: 1 s windows between {min} and {max}, not within 80-100 % of {QUOTA}"
+        min >= QUOTA * 8 / 10 && max <= QUOTA + REPLICAS as u32 + caught_up,
+        "{what}: 1 s windows between {min} and {max}, not within 80-100 % of {QUOTA} \
+         (with {caught_up} calls for replicas the scheduler left unrun up to {stalled:?})"
     );
 }
 
