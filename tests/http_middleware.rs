@@ -8,9 +8,10 @@ use common::{FaultServer, PAYMENTS, Reply};
 use reqwest_middleware::{ClientBuilder, ClientWithMiddleware};
 use resilience::IdempotencyKey;
 use resilience::breaker::{BreakerConfig, CircuitBreaker, State};
-use resilience::http::{HttpError, ResilienceMiddleware, RetryOverride};
+use resilience::http::{HttpError, ResilienceMiddleware};
 use resilience::registry::Registry;
 use resilience::retry::Policy;
+use resilience::retry::RetryOverride;
 
 fn client(policy: Policy) -> ClientWithMiddleware {
     ClientBuilder::new(reqwest::Client::new())

@@ -12,7 +12,8 @@ use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use resilience::breaker::{BreakerConfig, CircuitBreaker, State};
 use resilience::retry::Policy;
-use resilience::tower::{BoxError, ResilienceLayer, RetryOverride};
+use resilience::retry::RetryOverride;
+use resilience::tower::{BoxError, ResilienceLayer};
 use resilience::{Error, IdempotencyKey};
 use tower::{Service, ServiceBuilder, ServiceExt};
 

@@ -11,9 +11,7 @@ use std::sync::OnceLock;
 use std::time::{Duration, SystemTime};
 
 use resilience::registry::{Registry, parse_duration};
-use resilience::retry::{
-    Attempts, HttpStatus, Next, Policy, PolicyBuilder, Verdict, parse_retry_after_bytes,
-};
+use resilience::retry::{HttpStatus, Policy, PolicyBuilder, Verdict, parse_retry_after_bytes};
 use resilience_rules::duration as grammar;
 
 /// One target's check of one input.
@@ -106,10 +104,25 @@ pub fn retry_after(data: &[u8]) {
             .build()
             .expect("a valid policy");
         for policy in [bounded, unbounded] {
-            let mut attempts = Attempts::new(policy);
-            assert!(attempts.begin().is_ok());
-            match attempts.failed(Verdict::RetryAfter(hint)) {
-                Next::Retry { delay, .. } => {
+            // One failed attempt through the public blocking executor, its
+            // pause recorded rather than slept: the same rules decide it as
+            // every other chain's.
+            let mut first = true;
+            let mut paused = None;
+            let result = policy
+                .retry_blocking(|| {
+                    if std::mem::take(&mut first) {
+                        Err(std::io::Error::other("throttled"))
+                    } else {
+                        Ok(())
+                    }
+                })
+                .when(|_: &std::io::Error| Verdict::RetryAfter(hint))
+                .sleep(|delay| paused = Some(delay))
+                .call();
+            match paused {
+                Some(delay) => {
+                    assert!(result.is_ok(), "{hint:?}: paused, then {result:?}");
                     // A longer hint than allowed is given up on, never cut.
                     assert!(
                         hint <= policy.max_retry_after(),
@@ -123,7 +136,10 @@ pub fn retry_after(data: &[u8]) {
                         assert!(delay >= hint, "{hint:?} paused only {delay:?}");
                     }
                 }
-                Next::GiveUp(_) => assert!(hint > Duration::ZERO, "a zero hint gave up"),
+                None => {
+                    assert!(result.is_err(), "{hint:?}: no pause, yet a second attempt");
+                    assert!(hint > Duration::ZERO, "a zero hint gave up");
+                }
             }
         }
     }

@@ -7,6 +7,8 @@ use std::time::{Duration, SystemTime};
 use http::{HeaderMap, Method, StatusCode};
 
 use crate::idempotency::IDEMPOTENCY_KEY_HEADER;
+#[cfg(any(feature = "reqwest-middleware", feature = "tower"))]
+use crate::retry::RetryOverride;
 use crate::retry::{HttpStatus, Verdict, parse_retry_after_bytes};
 
 /// The `Retry-After` of a response, as a delay from now: either form of
@@ -48,57 +50,6 @@ pub(crate) fn sent_once_because(
         return Some("no Idempotency-Key: a retried POST or PATCH could be applied twice");
     }
     None
-}
-
-/// What one request asks of a client-wide layer (the reqwest middleware or
-/// the tower layer), set as a request extension (`with_extension` on a
-/// `reqwest_middleware::RequestBuilder`, `extensions_mut().insert(…)` on
-/// an `http::Request`).
-///
-/// ```
-/// # #[cfg(feature = "tower")] fn main() {
-/// use resilience::tower::RetryOverride;
-///
-/// // A POST the server treats as a query (no side effects): retried
-/// // like a GET although it carries no Idempotency-Key.
-/// let mut request = http::Request::post("http://127.0.0.1:8080/reports/query")
-///     .body(String::from("{\"from\":\"2026-11-01\"}"))
-///     .unwrap();
-/// request.extensions_mut().insert(RetryOverride::Idempotent);
-/// # }
-/// # #[cfg(not(feature = "tower"))] fn main() {}
-/// ```
-///
-/// ```no_run
-/// # #[cfg(feature = "reqwest-middleware")]
-/// # async fn demo() -> Result<(), reqwest_middleware::Error> {
-/// use resilience::http::{ResilienceMiddleware, RetryOverride};
-/// use resilience::Policy;
-///
-/// let client = reqwest_middleware::ClientBuilder::new(reqwest::Client::new())
-///     .with(ResilienceMiddleware::new("search", Policy::http()))
-///     .build();
-/// // A search that the user will repeat anyway: one attempt only.
-/// let page = client
-///     .get("http://127.0.0.1:8080/search?q=boots")
-///     .with_extension(RetryOverride::Never)
-///     .send()
-///     .await?;
-/// # Ok(()) }
-/// ```
-#[cfg(any(feature = "reqwest-middleware", feature = "tower"))]
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum RetryOverride {
-    /// Send this request once, whatever the policy allows; the breaker
-    /// still counts it.
-    Never,
-    /// This `POST` or `PATCH` has no side effect a second copy could
-    /// repeat (a query sent as a POST, an upsert keyed by its body), so
-    /// it may be retried without an `Idempotency-Key`. Only the caller
-    /// knows this; a wrong claim can apply a request twice. A streaming
-    /// body is still sent once.
-    Idempotent,
 }
 
 #[cfg(all(test, any(feature = "reqwest-middleware", feature = "tower")))]

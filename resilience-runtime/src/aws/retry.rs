@@ -25,7 +25,8 @@ use tokio::time::Instant;
 
 use super::classify::by_kind;
 use crate::deadline;
-use crate::retry::{Attempts, DefaultRng, Event, GiveUp, Next, NotKept, Policy, Reason, Verdict};
+use crate::retry::attempts::Next;
+use crate::retry::{Attempts, DefaultRng, Event, GiveUp, NotKept, Policy, Reason, Verdict};
 use crate::telemetry::{Labels, RetryMetrics};
 
 /// The name both halves answer to, in the SDK's logs and errors.

@@ -50,7 +50,7 @@
 //! # What counts as a failure
 //!
 //! The same classification as retry, read as an [`Outcome`]
-//! ([`Classify::outcome`], or a [`When`] predicate given to
+//! ([`Classify::outcome`], or a closure given to
 //! [`CircuitBreaker::call_with`]). Every error is a failure unless its
 //! classification says the dependency answered, or that the call never
 //! reached it:
@@ -436,7 +436,7 @@ impl CircuitBreaker {
     }
 
     /// Like [`call`](Self::call), classifying errors with `when` (a
-    /// [`When`] impl, e.g. a closure returning a [`Verdict`](crate::retry::Verdict),
+    /// closure returning a [`Verdict`](crate::retry::Verdict),
     /// read through [`Verdict::outcome`](crate::retry::Verdict::outcome), or
     /// a `bool`, `true` meaning "the dependency failed"): the per-breaker
     /// override of what counts as a failure.

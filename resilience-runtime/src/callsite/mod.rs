@@ -54,6 +54,11 @@ pub use crate::__resilience_register_site as register_site;
 pub use crate::registry::{LimitRate, SITES, Site};
 pub use crate::retry::FromRuntimeError;
 pub use crate::retry::chain::{Attempt, Chain, Named, Scope};
-pub use crate::retry::{ByClassify, KeepLast};
+// The retry core's types that the public `Retry`, `BlockingRetry` and
+// `CircuitBreaker::call_with` name in their type parameters and bounds:
+// nameable here, for the expansion, and not part of the documented API.
+pub use crate::retry::attempts::{Kept, NotKept, Slot};
+pub use crate::retry::executor::{ByClassify, KeepLast, Quiet, When};
+pub use crate::telemetry::call::{CallScope, Entered};
 #[cfg(resilience_linked)]
 pub use linkme;

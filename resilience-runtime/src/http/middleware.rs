@@ -9,7 +9,8 @@ use super::classify::classify_response;
 use super::error::HttpError;
 use crate::breaker::CircuitBreaker;
 use crate::error::Error;
-use crate::http_rules::{self, RetryOverride};
+use crate::http_rules;
+use crate::retry::RetryOverride;
 use crate::retry::{Classify, Event, Hedge, Policy, Reason, Verdict};
 
 /// Applies a retry policy, and optionally a circuit breaker, to every

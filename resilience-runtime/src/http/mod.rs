@@ -46,7 +46,6 @@ mod middleware;
 mod request;
 
 #[cfg(feature = "reqwest-middleware")]
-pub use crate::http_rules::RetryOverride;
 pub use classify::{classify_response, retry_after};
 
 pub use error::{HttpError, StatusError};

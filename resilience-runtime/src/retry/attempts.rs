@@ -22,7 +22,7 @@ use crate::error::{Cause, Error};
 /// What cuts an attempt in flight short.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
-pub enum Cut {
+pub(crate) enum Cut {
     /// The policy's per-attempt timeout: the attempt failed with
     /// [`Error::AttemptTimeout`], a transient error like any other.
     AttemptTimeout(Duration),
@@ -35,7 +35,7 @@ pub enum Cut {
 
 /// What comes after a failed attempt.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Next {
+pub(crate) enum Next {
     /// Pause for `delay`, until `until`, then start the next attempt.
     Retry {
         /// The pause.
@@ -56,45 +56,22 @@ pub enum Next {
 /// Every loop of the library is built on it: [`Retry`](super::Retry), the
 /// [blocking executor](super::BlockingRetry), the code of the `#[retry]`
 /// macro (which runs the fn body inline in a loop) and
-/// [hedged calls](super::Hedge). Use it for a loop of your own: call
-/// [`begin`](Self::begin) before each attempt, [`pending`](Self::pending)
-/// when an attempt without a timer is first pending, and, with a
-/// [`Driver`] of yours, [`on_cut`](Self::on_cut) when a timer fires and
-/// [`on_error`](Self::on_error) when an attempt fails; or the bare
-/// decisions, [`cut`](Self::cut) and [`failed`](Self::failed).
+/// [hedged calls](super::Hedge): a rule fixed here is fixed in all of
+/// them. A chain drives it by calling [`begin`](Self::begin) before each
+/// attempt, [`pending`](Self::pending) when an attempt without a timer is
+/// first pending, and, with its [`Driver`], [`on_cut`](Self::on_cut) when
+/// a timer fires and [`on_error`](Self::on_error) when an attempt fails;
+/// or the bare decisions, [`cut`](Self::cut) and [`failed`](Self::failed).
 ///
 /// A first attempt without a deadline or an attempt timeout reads no clock
 /// unless it is pending, so a call that succeeds at once costs no clock
 /// read, no timer and no random number.
 ///
-/// ```
-/// use resilience::retry::{Attempts, Next, Policy, Verdict};
-///
-/// # #[tokio::main(flavor = "current_thread", start_paused = true)] async fn main() {
-/// let mut attempts = Attempts::new(Policy::http());
-/// let mut statuses = [503, 503, 200].into_iter();
-/// let status = loop {
-///     attempts.begin().expect("no deadline in scope");
-///     match statuses.next() {
-///         Some(200) => break Ok(200),
-///         Some(status) => match attempts.failed(Verdict::Transient) {
-///             Next::Retry { until, .. } => tokio::time::sleep_until(until).await,
-///             Next::GiveUp(reason) => break Err((status, reason)),
-///         },
-///         None => unreachable!(),
-///     }
-/// };
-/// assert_eq!(status, Ok(200));
-/// assert_eq!(attempts.attempt(), 3);
-/// # }
-/// ```
-///
-/// The chain holds its policy by value ([`Attempts::new`]) or, for a
-/// policy that outlives it such as one resolved once into a `static`, by
-/// reference ([`Attempts::borrowed`]), which saves copying it for every
-/// call.
+/// The chain holds its policy by value or, for a policy that outlives it
+/// such as one resolved once into a `static`, by reference, which saves
+/// copying it for every call ([`with_rng`](Self::with_rng) takes either).
 #[derive(Debug)]
-pub struct Attempts<R = DefaultRng, P = Policy, S = Kept> {
+pub(crate) struct Attempts<R = DefaultRng, P = Policy, S = Kept> {
     policy: P,
     start: Option<Instant>,
     previous_delay: Duration,
@@ -106,7 +83,7 @@ pub struct Attempts<R = DefaultRng, P = Policy, S = Kept> {
 }
 
 /// Where a chain keeps its last failed attempt's error, for the runtime
-/// error that may end it later ([`Attempts::keep`]): [`Kept`] keeps it,
+/// error that may end it later (`Attempts::keep`): [`Kept`] keeps it,
 /// [`NotKept`] is the slot of a chain that keeps nothing, and costs
 /// nothing.
 pub trait Slot: Default + fmt::Debug {
@@ -178,27 +155,11 @@ impl Slot for NotKept {
     }
 }
 
-impl Attempts {
-    /// A chain under `policy`, with the default jitter source.
-    #[inline(always)]
-    pub fn new(policy: Policy) -> Self {
-        Self::with_rng(policy, DefaultRng)
-    }
-}
-
-impl<'a> Attempts<DefaultRng, &'a Policy> {
-    /// A chain under a policy it borrows, with the default jitter source.
-    #[inline(always)]
-    pub fn borrowed(policy: &'a Policy) -> Self {
-        Self::with_rng(policy, DefaultRng)
-    }
-}
-
 impl<R, P: Borrow<Policy>, S: Slot> Attempts<R, P, S> {
     /// A chain under `policy` (a [`Policy`] or a reference to one) drawing
     /// jitter from `rng`.
     #[inline(always)]
-    pub fn with_rng(policy: P, rng: R) -> Self {
+    pub(crate) fn with_rng(policy: P, rng: R) -> Self {
         Self {
             policy,
             attempt: 0,
@@ -211,14 +172,14 @@ impl<R, P: Borrow<Policy>, S: Slot> Attempts<R, P, S> {
 
     /// The policy in force.
     #[inline]
-    pub fn policy(&self) -> &Policy {
+    pub(crate) fn policy(&self) -> &Policy {
         self.policy.borrow()
     }
 
     /// The same chain, not started yet, with another slot for its last
     /// error.
     #[inline(always)]
-    pub fn keeping<S2: Slot>(self) -> Attempts<R, P, S2> {
+    pub(crate) fn keeping<S2: Slot>(self) -> Attempts<R, P, S2> {
         Attempts {
             policy: self.policy,
             start: self.start,
@@ -231,19 +192,19 @@ impl<R, P: Borrow<Policy>, S: Slot> Attempts<R, P, S> {
 
     /// What the policy is borrowed from: the `P` the chain was built with.
     #[inline(always)]
-    pub fn policy_source(&self) -> &P {
+    pub(crate) fn policy_source(&self) -> &P {
         &self.policy
     }
 
     /// Attempts started so far; the current one while it runs.
     #[inline]
-    pub fn attempt(&self) -> u32 {
+    pub(crate) fn attempt(&self) -> u32 {
         self.attempt
     }
 
     /// When the chain started, once a clock was read.
     #[inline]
-    pub fn started(&self) -> Option<Instant> {
+    pub(crate) fn started(&self) -> Option<Instant> {
         self.start
     }
 
@@ -256,7 +217,7 @@ impl<R, P: Borrow<Policy>, S: Slot> Attempts<R, P, S> {
     /// passed: no attempt may start, the caller gets
     /// [`Error::DeadlineExceeded`].
     #[inline]
-    pub fn begin(&mut self) -> Result<Option<(Instant, Cut)>, GiveUp> {
+    pub(crate) fn begin(&mut self) -> Result<Option<(Instant, Cut)>, GiveUp> {
         if self.begin_untimed() {
             return Ok(None);
         }
@@ -268,16 +229,8 @@ impl<R, P: Borrow<Policy>, S: Slot> Attempts<R, P, S> {
     /// policy without an attempt timeout: the path every healthy call
     /// takes, inline. Otherwise returns `false` with nothing changed, and
     /// [`begin`](Self::begin) starts the attempt.
-    ///
-    /// ```
-    /// use resilience::retry::{Attempts, Policy};
-    ///
-    /// let mut attempts = Attempts::new(Policy::http());
-    /// assert!(attempts.begin_untimed());
-    /// assert_eq!(attempts.attempt(), 1);
-    /// ```
     #[inline]
-    pub fn begin_untimed(&mut self) -> bool {
+    pub(crate) fn begin_untimed(&mut self) -> bool {
         if deadline::current().is_none()
             && self.start.is_none()
             && !self.policy().has_attempt_timeout()
@@ -337,7 +290,7 @@ impl<R, P: Borrow<Policy>, S: Slot> Attempts<R, P, S> {
     /// The attempt in flight is pending and [`begin`](Self::begin) armed no
     /// timer: from now on it runs under the chain's `max_elapsed`.
     #[inline]
-    pub fn pending(&mut self) -> (Instant, Cut) {
+    pub(crate) fn pending(&mut self) -> (Instant, Cut) {
         let start = *self.start.get_or_insert_with(Instant::now);
         (start + self.policy().max_elapsed(), Cut::MaxElapsed)
     }
@@ -348,7 +301,7 @@ impl<R, P: Borrow<Policy>, S: Slot> Attempts<R, P, S> {
     /// (`Nested`: that one retries), or the retry budget is empty
     /// (`BudgetEmpty`). The call's time and the caller's deadline bound it
     /// as a whole, by the timer [`begin`](Self::begin) armed.
-    pub fn hedge(&mut self) -> Result<(), GiveUp> {
+    pub(crate) fn hedge(&mut self) -> Result<(), GiveUp> {
         if self.attempt >= self.policy().max_attempts().min(super::per_call::limit()) {
             return Err(GiveUp::Exhausted);
         }
@@ -370,7 +323,7 @@ impl<R, P: Borrow<Policy>, S: Slot> Attempts<R, P, S> {
     /// the chain stops (`Some`) or the error is classified like any other
     /// (`None`, a per-attempt timeout). A chain that stops hands over the
     /// error [kept](Self::keep) of the attempt before, as the error's cause.
-    pub fn cut(&mut self, cut: Cut) -> (Error, Option<GiveUp>) {
+    pub(crate) fn cut(&mut self, cut: Cut) -> (Error, Option<GiveUp>) {
         match cut {
             Cut::AttemptTimeout(timeout) => (Error::AttemptTimeout(timeout), None),
             Cut::Deadline => (
@@ -389,7 +342,7 @@ impl<R, P: Borrow<Policy>, S: Slot> Attempts<R, P, S> {
     /// [`begin`](Self::begin) or [`failed`](Self::failed) answered
     /// `GiveUp::Deadline`: [`Error::DeadlineExceeded`] after the attempts
     /// made, with the error [kept](Self::keep) or `last` as its cause.
-    pub fn deadline_passed(&mut self, last: Option<Cause>) -> Error {
+    pub(crate) fn deadline_passed(&mut self, last: Option<Cause>) -> Error {
         Error::deadline_exceeded(self.attempt).with_last(last.or_else(|| self.last.take()))
     }
 
@@ -397,7 +350,7 @@ impl<R, P: Borrow<Policy>, S: Slot> Attempts<R, P, S> {
     /// to start for `reason`: [`Error::RetryInsideTransaction`] for
     /// `GiveUp::InTransaction`, otherwise
     /// [`deadline_passed`](Self::deadline_passed) with `last`.
-    pub fn refused(&mut self, reason: GiveUp, last: Option<Cause>) -> Error {
+    pub(crate) fn refused(&mut self, reason: GiveUp, last: Option<Cause>) -> Error {
         match reason {
             GiveUp::InTransaction => Error::RetryInsideTransaction,
             _ => self.deadline_passed(last),
@@ -407,7 +360,7 @@ impl<R, P: Borrow<Policy>, S: Slot> Attempts<R, P, S> {
     /// Keeps a failed attempt's error, to hand it over as the cause of a
     /// runtime error that ends the chain later ([`cut`](Self::cut),
     /// [`deadline_passed`](Self::deadline_passed)).
-    pub fn keep(&mut self, cause: Option<Cause>) {
+    pub(crate) fn keep(&mut self, cause: Option<Cause>) {
         self.last.set(cause);
     }
 }
@@ -420,7 +373,7 @@ impl<R: RngCore, P: Borrow<Policy>, S: Slot> Attempts<R, P, S> {
     ///
     /// A chain that fails inside another chain's attempt (see
     /// [`layer`](super::layer)) stops too: the outer chain retries.
-    pub fn failed(&mut self, verdict: Verdict) -> Next {
+    pub(crate) fn failed(&mut self, verdict: Verdict) -> Next {
         if !verdict.is_retryable() {
             return Next::GiveUp(GiveUp::Permanent);
         }
@@ -483,45 +436,7 @@ impl<R: RngCore, P: Borrow<Policy>, S: Slot> Attempts<R, P, S> {
 /// so that every driver ([`Retry`](super::Retry), the blocking executor,
 /// the attributes' own loop, a loop of yours) pauses, stops and reports
 /// alike; a driver writes only its loop.
-///
-/// ```
-/// use std::ops::ControlFlow;
-/// use resilience::retry::{Attempts, Driver, Event, Policy, Verdict};
-/// use resilience::Cause;
-///
-/// #[derive(Debug, PartialEq)]
-/// enum Failure { Unavailable, Runtime(resilience::Error) }
-/// impl From<resilience::Error> for Failure {
-///     fn from(err: resilience::Error) -> Self { Failure::Runtime(err) }
-/// }
-///
-/// /// Classifies everything as transient and logs the retries.
-/// struct Log(Vec<String>);
-///
-/// impl Driver<Failure> for Log {
-///     fn judge(&mut self, _: &Failure) -> Verdict { Verdict::Transient }
-///     fn keep(&mut self, _: Failure) -> Option<Cause> { None }
-///     fn notify(&mut self, event: &Event<'_, Failure>) {
-///         self.0.push(format!("attempt {} failed", event.attempt()));
-///     }
-///     fn name(&self) -> &'static str { "my-loop" }
-/// }
-///
-/// # #[tokio::main(flavor = "current_thread", start_paused = true)] async fn main() {
-/// let mut attempts = Attempts::new(Policy::http());
-/// let mut log = Log(Vec::new());
-/// let result: Result<(), Failure> = loop {
-///     attempts.begin().expect("no deadline in scope");
-///     match attempts.on_error(Failure::Unavailable, &mut log) {
-///         ControlFlow::Continue(pause) => tokio::time::sleep_until(pause.until).await,
-///         ControlFlow::Break(error) => break Err(error),
-///     }
-/// };
-/// assert_eq!(result, Err(Failure::Unavailable));
-/// assert_eq!(log.0, ["attempt 1 failed", "attempt 2 failed", "attempt 3 failed"]);
-/// # }
-/// ```
-pub trait Driver<E> {
+pub(crate) trait Driver<E> {
     /// The verdict on a failed attempt's error.
     fn judge(&mut self, error: &E) -> Verdict;
 
@@ -544,11 +459,11 @@ pub trait Driver<E> {
 
 /// The pause after a failed attempt, from [`Attempts::on_error`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Pause {
+pub(crate) struct Pause {
     /// How long.
-    pub delay: Duration,
+    pub(crate) delay: Duration,
     /// When it ends.
-    pub until: Instant,
+    pub(crate) until: Instant,
 }
 
 impl<R: RngCore, P: Borrow<Policy>, S: Slot> Attempts<R, P, S> {
@@ -557,7 +472,7 @@ impl<R: RngCore, P: Borrow<Policy>, S: Slot> Attempts<R, P, S> {
     /// before the next attempt; `Break` is the chain's error (the
     /// attempt's own, or [`Error::DeadlineExceeded`] when the caller's
     /// deadline comes first), with its events sent.
-    pub fn on_error<E: FromRuntimeError>(
+    pub(crate) fn on_error<E: FromRuntimeError>(
         &mut self,
         error: E,
         driver: &mut impl Driver<E>,
@@ -605,7 +520,7 @@ impl<R, P: Borrow<Policy>, S: Slot> Attempts<R, P, S> {
     /// [`on_error`](Self::on_error) like any other; `Err` with the chain's
     /// error when its `max_elapsed` or the caller's deadline ran out, its event
     /// sent.
-    pub fn on_cut<E: FromRuntimeError>(
+    pub(crate) fn on_cut<E: FromRuntimeError>(
         &mut self,
         cut: Cut,
         driver: &mut impl Driver<E>,
@@ -621,7 +536,7 @@ impl<R, P: Borrow<Policy>, S: Slot> Attempts<R, P, S> {
 
     /// [`begin`](Self::begin) refused the next attempt for `reason`: the
     /// chain's error, its event sent.
-    pub fn on_refused<E: FromRuntimeError>(
+    pub(crate) fn on_refused<E: FromRuntimeError>(
         &mut self,
         reason: GiveUp,
         driver: &mut impl Driver<E>,
@@ -651,7 +566,7 @@ pin_project! {
     /// Like [`tokio::time::sleep`], arming it panics outside a Tokio runtime
     /// with the time driver enabled.
     #[derive(Debug, Default)]
-    pub struct AttemptTimer {
+    pub(crate) struct AttemptTimer {
         cut: Option<Cut>,
         #[pin]
         sleep: Option<Sleep>,
@@ -660,7 +575,7 @@ pin_project! {
 
 impl AttemptTimer {
     /// A timer that is not armed.
-    pub const fn new() -> Self {
+    pub(crate) const fn new() -> Self {
         Self {
             cut: None,
             sleep: None,
@@ -670,7 +585,7 @@ impl AttemptTimer {
     /// Arms the timer for an attempt that is starting, with what
     /// [`Attempts::begin`] returned.
     #[inline]
-    pub fn start(self: Pin<&mut Self>, timer: Option<(Instant, Cut)>) {
+    pub(crate) fn start(self: Pin<&mut Self>, timer: Option<(Instant, Cut)>) {
         let mut this = self.project();
         *this.cut = timer.map(|(_, cut)| cut);
         if let Some((until, _)) = timer {
@@ -687,7 +602,7 @@ impl AttemptTimer {
     /// To be polled while the attempt is pending: ready with the [`Cut`]
     /// once the timer fired. An attempt that started without a timer gets
     /// the chain's `max_elapsed` from its first `Pending` on.
-    pub fn poll_cut<R, P: Borrow<Policy>, S: Slot>(
+    pub(crate) fn poll_cut<R, P: Borrow<Policy>, S: Slot>(
         self: Pin<&mut Self>,
         attempts: &mut Attempts<R, P, S>,
         cx: &mut Context<'_>,
@@ -709,14 +624,14 @@ impl AttemptTimer {
     }
 
     /// Arms the timer for the pause until `until` ([`Next::Retry`]).
-    pub fn pause(self: Pin<&mut Self>, until: Instant) {
+    pub(crate) fn pause(self: Pin<&mut Self>, until: Instant) {
         let mut this = self.project();
         *this.cut = None;
         arm(this.sleep.as_mut(), until);
     }
 
     /// Ready when the pause is over.
-    pub fn poll_pause(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+    pub(crate) fn poll_pause(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
         match self.project().sleep.as_pin_mut() {
             Some(sleep) => sleep.poll(cx),
             None => Poll::Ready(()),
@@ -728,5 +643,93 @@ fn arm(mut sleep: Pin<&mut Option<Sleep>>, until: Instant) {
     match sleep.as_mut().as_pin_mut() {
         Some(sleep) => sleep.reset(until),
         None => sleep.set(Some(crate::clock::sleep_until(until))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::ops::ControlFlow;
+
+    use super::{Attempts, Driver, Kept, Next};
+    use crate::error::{Cause, Error};
+    use crate::retry::{DefaultRng, Event, Policy, Verdict};
+
+    #[test]
+    fn the_first_attempt_without_deadline_or_timeout_starts_untimed() {
+        let mut attempts = Attempts::<_, _, Kept>::with_rng(Policy::http(), DefaultRng);
+        assert!(attempts.begin_untimed());
+        assert_eq!(attempts.attempt(), 1);
+    }
+
+    #[derive(Debug, PartialEq)]
+    enum Failure {
+        Unavailable,
+        Runtime(Error),
+    }
+
+    impl From<Error> for Failure {
+        fn from(err: Error) -> Self {
+            Failure::Runtime(err)
+        }
+    }
+
+    /// Classifies everything as transient and logs the failures.
+    struct Log(Vec<String>);
+
+    impl Driver<Failure> for Log {
+        fn judge(&mut self, _: &Failure) -> Verdict {
+            Verdict::Transient
+        }
+        fn keep(&mut self, _: Failure) -> Option<Cause> {
+            None
+        }
+        fn notify(&mut self, event: &Event<'_, Failure>) {
+            self.0.push(format!("attempt {} failed", event.attempt()));
+        }
+        fn name(&self) -> &'static str {
+            "my-loop"
+        }
+    }
+
+    /// `on_error` pauses after each failure and, after the `http` preset's
+    /// 3 attempts, hands the last error back, every failure reported.
+    #[tokio::test(flavor = "current_thread", start_paused = true)]
+    async fn a_driver_sees_every_failure_and_gets_the_last_error_back() {
+        let mut attempts = Attempts::<_, _, Kept>::with_rng(Policy::http(), DefaultRng);
+        let mut log = Log(Vec::new());
+        let result: Result<(), Failure> = loop {
+            attempts.begin().expect("no deadline in scope");
+            match attempts.on_error(Failure::Unavailable, &mut log) {
+                ControlFlow::Continue(pause) => tokio::time::sleep_until(pause.until).await,
+                ControlFlow::Break(error) => break Err(error),
+            }
+        };
+        assert_eq!(result, Err(Failure::Unavailable));
+        assert_eq!(
+            log.0,
+            ["attempt 1 failed", "attempt 2 failed", "attempt 3 failed"]
+        );
+    }
+
+    /// The bare decisions: `begin` before each attempt, `failed` after a
+    /// failed one, until an attempt succeeds (the guide's `http` preset
+    /// allows 3 attempts).
+    #[tokio::test(flavor = "current_thread", start_paused = true)]
+    async fn a_loop_driven_by_begin_and_failed_retries_until_success() {
+        let mut attempts = Attempts::<_, _, Kept>::with_rng(Policy::http(), DefaultRng);
+        let mut statuses = [503, 503, 200].into_iter();
+        let status = loop {
+            attempts.begin().expect("no deadline in scope");
+            match statuses.next() {
+                Some(200) => break Ok(200),
+                Some(status) => match attempts.failed(Verdict::Transient) {
+                    Next::Retry { until, .. } => tokio::time::sleep_until(until).await,
+                    Next::GiveUp(reason) => break Err((status, reason)),
+                },
+                None => unreachable!("three statuses, three attempts at most"),
+            }
+        };
+        assert_eq!(status, Ok(200));
+        assert_eq!(attempts.attempt(), 3);
     }
 }

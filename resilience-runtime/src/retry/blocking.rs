@@ -40,8 +40,8 @@ impl<F: FnMut(Duration)> Sleeper for F {
 /// A retry chain around a blocking operation, built by
 /// [`Policy::retry_blocking`]; run it with [`call`](Self::call).
 ///
-/// The same rules as [`Retry`](super::Retry), from the same
-/// [`Attempts`]: the policy's attempts, backoff and jitter, `Retry-After`,
+/// The same rules as [`Retry`](super::Retry), decided by the same code:
+/// the policy's attempts, backoff and jitter, `Retry-After`,
 /// its `max_elapsed`, the caller's [`deadline`](crate::deadline), its retry
 /// [`Budget`](super::Budget), the [`Classify`](super::Classify) verdicts
 /// and a chain nested in another's attempt stopping at once. What differs:

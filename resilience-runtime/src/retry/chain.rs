@@ -27,7 +27,7 @@ use crate::error::{Cause, Error};
 /// (the call site's, resolved once into a `static`).
 pub trait Named: Borrow<Policy> {
     /// The chain's name, which marks the thread while an attempt is polled
-    /// (see [`layer`]).
+    /// (see `retry/layer.rs`).
     fn name(&self) -> &'static &'static str;
 }
 

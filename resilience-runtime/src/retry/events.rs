@@ -24,8 +24,10 @@ pub enum GiveUp {
     /// may (the guide: never retry earlier than asked). The caller gets the
     /// error of the attempt made, which carries the hint.
     RetryAfterTooLong,
-    /// The chain runs inside another chain's attempt, which retries: see
-    /// [`layer`](super::layer).
+    /// The chain runs inside another chain's attempt on the same task:
+    /// it made one attempt and leaves the retrying to the outer chain, so
+    /// that one failing call is not retried at two layers (3 × 3
+    /// attempts); a WARN says so once per pair of chains.
     Nested,
     /// The chain was started inside a database transaction opened by the
     /// transaction helper, and refused before its first attempt

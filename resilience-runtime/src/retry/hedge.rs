@@ -45,11 +45,11 @@ pub const MAX_HEDGED_ATTEMPTS: u32 = resilience_rules::limits::MAX_HEDGED_ATTEMP
 /// - when every attempt failed, the caller gets the last failure;
 /// - like a retry chain, a hedged call that runs inside another chain's
 ///   attempt makes one attempt and leaves the retrying to the outer chain
-///   (see [`layer`]), and one inside a transaction opened by
+///   ([`GiveUp::Nested`]), and one inside a transaction opened by
 ///   the transaction helper is refused.
 ///
-/// The rules a hedged call shares with a retry chain are [`Attempts`]':
-/// the same code decides for both.
+/// The rules a hedged call shares with a retry chain are decided by the
+/// same code for both.
 ///
 /// Each attempt after the first is logged at DEBUG (target
 /// `resilience::hedge`) and counted in

@@ -30,27 +30,15 @@ pub(crate) static UNNAMED: &str = "a `Policy::retry` chain";
 /// Marks the thread while a chain's attempt is polled; restores the outer
 /// mark on drop.
 #[derive(Debug)]
-pub struct Polling {
+pub(crate) struct Polling {
     previous: Option<&'static &'static str>,
 }
 
 /// Marks the thread as polling an attempt of the chain `name` until the
 /// returned guard drops: call it around every poll of an attempt, as
 /// [`Retry`](super::Retry) and the attributes do.
-///
-/// ```
-/// use resilience::retry::layer;
-///
-/// static NAME: &str = "users";
-/// assert_eq!(layer::outer(), None);
-/// {
-///     let _polling = layer::polling(&NAME);
-///     assert_eq!(layer::outer(), Some("users"));
-/// }
-/// assert_eq!(layer::outer(), None);
-/// ```
 #[inline(always)]
-pub fn polling(name: &'static &'static str) -> Polling {
+pub(crate) fn polling(name: &'static &'static str) -> Polling {
     Polling {
         // `with`, not `LocalKey::replace`/`set`: those go through the
         // lazy-init path out of line, 14 instructions per attempt.
@@ -68,14 +56,14 @@ impl Drop for Polling {
 /// The chain whose attempt is being polled on this thread, if any: a chain
 /// that fails while one is, is nested in it.
 #[inline]
-pub fn outer() -> Option<&'static str> {
+pub(crate) fn outer() -> Option<&'static str> {
     OUTER.with(Cell::get).copied()
 }
 
 /// Says once, at WARN, that `inner` runs inside `outer` and leaves the
 /// retrying to it.
 #[cold]
-pub fn warn_nested(outer: &'static str, inner: &'static str) {
+pub(crate) fn warn_nested(outer: &'static str, inner: &'static str) {
     static SAID: Mutex<Option<HashSet<(&'static str, &'static str)>>> = Mutex::new(None);
     let first = match SAID.lock() {
         Ok(mut said) => said.get_or_insert_with(HashSet::new).insert((outer, inner)),
@@ -89,5 +77,27 @@ pub fn warn_nested(outer: &'static str, inner: &'static str) {
             inner,
             "a retry chain runs inside another one's attempt: it makes one attempt and the outer chain retries (retry at one layer)"
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{outer, polling};
+
+    #[test]
+    fn the_mark_is_up_while_polling_and_restored_on_drop() {
+        static OUTER: &str = "users";
+        static INNER: &str = "orders";
+        assert_eq!(outer(), None);
+        {
+            let _outer = polling(&OUTER);
+            assert_eq!(outer(), Some("users"));
+            {
+                let _inner = polling(&INNER);
+                assert_eq!(outer(), Some("orders"));
+            }
+            assert_eq!(outer(), Some("users"));
+        }
+        assert_eq!(outer(), None);
     }
 }

@@ -136,6 +136,59 @@ pub fn once<F: IntoFuture>(fut: F) -> AtMost<F::IntoFuture> {
     at_most(NonZeroU32::MIN, fut)
 }
 
+/// What one HTTP request asks of a client-wide layer (the `http` module's
+/// reqwest middleware or the `tower` layer), the per-request counterpart
+/// of [`once`]: set as a request extension (`with_extension` on a
+/// `reqwest_middleware::RequestBuilder`, `extensions_mut().insert(…)` on
+/// an `http::Request`).
+///
+/// ```
+/// # #[cfg(feature = "tower")] fn main() {
+/// use resilience::retry::RetryOverride;
+///
+/// // A POST the server treats as a query (no side effects): retried
+/// // like a GET although it carries no Idempotency-Key.
+/// let mut request = http::Request::post("http://127.0.0.1:8080/reports/query")
+///     .body(String::from("{\"from\":\"2026-11-01\"}"))
+///     .unwrap();
+/// request.extensions_mut().insert(RetryOverride::Idempotent);
+/// # }
+/// # #[cfg(not(feature = "tower"))] fn main() {}
+/// ```
+///
+/// ```no_run
+/// # #[cfg(feature = "reqwest-middleware")]
+/// # async fn demo() -> Result<(), reqwest_middleware::Error> {
+/// use resilience::http::ResilienceMiddleware;
+/// use resilience::retry::RetryOverride;
+/// use resilience::Policy;
+///
+/// let client = reqwest_middleware::ClientBuilder::new(reqwest::Client::new())
+///     .with(ResilienceMiddleware::new("search", Policy::http()))
+///     .build();
+/// // A search that the user will repeat anyway: one attempt only.
+/// let page = client
+///     .get("http://127.0.0.1:8080/search?q=boots")
+///     .with_extension(RetryOverride::Never)
+///     .send()
+///     .await?;
+/// # Ok(()) }
+/// ```
+#[cfg(any(feature = "reqwest-middleware", feature = "tower"))]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum RetryOverride {
+    /// Send this request once, whatever the policy allows; the breaker
+    /// still counts it.
+    Never,
+    /// This `POST` or `PATCH` has no side effect a second copy could
+    /// repeat (a query sent as a POST, an upsert keyed by its body), so
+    /// it may be retried without an `Idempotency-Key`. Only the caller
+    /// knows this; a wrong claim can apply a request twice. A streaming
+    /// body is still sent once.
+    Idempotent,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

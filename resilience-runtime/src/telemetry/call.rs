@@ -45,7 +45,7 @@ use crate::retry::{Classify, Event, Reason};
 /// # }
 /// ```
 /// Inside another observed call on the same thread, it is part of that
-/// call: no second span, no second duration (see [`CallScope`]).
+/// call: no second span, no second duration.
 #[inline]
 pub fn observe<Fut>(labels: Labels, call: Fut) -> Observed<Fut> {
     Observed {
@@ -99,7 +99,8 @@ std::thread_local! {
 /// lets a driver skip entering altogether.
 ///
 /// ```
-/// use resilience::telemetry::{CallScope, Labels, Status};
+/// use resilience::__private::CallScope;
+/// use resilience::telemetry::{Labels, Status};
 ///
 /// let scope = CallScope::new(Labels::new("checkout", "user"));
 /// {
@@ -187,7 +188,8 @@ impl CallScope {
     /// call starts.
     ///
     /// ```
-    /// use resilience::telemetry::{CallScope, Labels};
+    /// use resilience::__private::CallScope;
+    /// use resilience::telemetry::Labels;
     ///
     /// // No subscriber, no recorder.
     /// let scope = CallScope::new(Labels::new("checkout", "user"));

@@ -83,13 +83,13 @@
 //! with no code: the `service` label is the registry's
 //! ([`Labels::of`]), `target` the breaker's name, or the retry site's when
 //! there is no breaker. By hand, wrap a call in [`observe`] and give its
-//! retry chain a [`RetryMetrics`] hook; a loop of your own uses a
-//! [`CallScope`].
+//! retry chain a [`RetryMetrics`] hook; wrap a loop of your own, whole,
+//! in [`observe`].
 //!
 //! # Traces
 //!
-//! A logical call runs in one `resilience.call` span at INFO ([`observe`],
-//! [`CallScope`]; a call nested in another on the same thread joins it),
+//! A logical call runs in one `resilience.call` span at INFO ([`observe`];
+//! a call nested in another on the same thread joins it),
 //! with the fields `service`, `target`, `otel.kind = "client"`, and, once it
 //! finishes, `status` and `otel.status_code`. Inside it, each attempt is an
 //! event ([`RetryMetrics`]): DEBUG for a success, INFO for a failure that
@@ -116,7 +116,7 @@
 //!     .init();
 //! ```
 
-mod call;
+pub(crate) mod call;
 pub(crate) mod emit;
 mod hedge;
 mod labels;
@@ -124,7 +124,8 @@ mod retries;
 #[cfg(all(test, feature = "metrics"))]
 mod tests;
 
-pub use call::{CallScope, Entered, Observed, observe};
+pub(crate) use call::{CallScope, Entered};
+pub use call::{Observed, observe};
 pub use emit::{describe, fallback, recorder_installed};
 pub use labels::{AttemptResult, Fallback, Labels, Status, attempt_label};
 pub(crate) use labels::{UNKNOWN_SERVICE, publish_service};

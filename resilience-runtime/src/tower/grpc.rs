@@ -13,11 +13,9 @@ use tonic::body::Body;
 use tower_layer::Layer;
 use tower_service::Service;
 
-use super::{
-    BoxError, Judged, ResilienceLayer, Resilient, RetryOverride, Rules, copy_with, take_ready,
-};
+use super::{BoxError, Judged, ResilienceLayer, Resilient, Rules, copy_with, take_ready};
 use crate::error::{ConfigError, Error};
-use crate::retry::{Reason, Verdict};
+use crate::retry::{Reason, RetryOverride, Verdict};
 
 /// The largest request body a retried call keeps in memory for its next
 /// attempts: 4 MiB, gRPC's default largest message.

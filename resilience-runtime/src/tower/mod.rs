@@ -66,9 +66,7 @@ use tower_service::Service;
 use crate::breaker::CircuitBreaker;
 use crate::error::Error;
 use crate::http_rules;
-use crate::retry::{Classify, Event, Hedge, HttpStatus, Policy, Reason, Verdict};
-
-pub use crate::http_rules::RetryOverride;
+use crate::retry::{Classify, Event, Hedge, HttpStatus, Policy, Reason, RetryOverride, Verdict};
 
 #[cfg(feature = "tonic")]
 mod grpc;

@@ -10,8 +10,9 @@ use http::HeaderMap;
 use http_body::{Body, Frame, SizeHint};
 use pin_project_lite::pin_project;
 
-/// The error type of [`ResponseBody`]: the handler's body error, boxed.
-pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+/// The error of [`ResponseBody`] and of the service: the handler's error,
+/// boxed, as tower does.
+pub(crate) type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 pin_project! {
     /// The body of every response that leaves an

@@ -141,7 +141,7 @@ mod reject;
 mod scope;
 mod store;
 
-pub use body::{BoxError, ResponseBody};
+pub use body::ResponseBody;
 pub use config::{IdempotencyConfig, IdempotencyConfigBuilder};
 pub use effect::EffectNotApplied;
 pub use layer::{Idempotency, IdempotencyLayer, ResponseFuture};
