@@ -13,19 +13,14 @@ use resilience_runtime::registry::Registry;
 use resilience_runtime::{Error, Outcome};
 use tokio::time::{Instant, sleep};
 
+mod redis_common;
+
+use redis_common::{OwnRedis, redis_cli};
+
 const URL: &str = "redis://127.0.0.1:6379/";
 const INTERVAL: Duration = Duration::from_millis(100);
 /// Scheduling and round-trip slack on a loaded 2-core machine.
 const SLACK: Duration = Duration::from_millis(150);
-
-fn redis_cli(port: u16, args: &[&str]) -> String {
-    let out = Command::new("redis-cli")
-        .args(["-h", "127.0.0.1", "-p", &port.to_string()])
-        .args(args)
-        .output()
-        .expect("redis-cli runs");
-    String::from_utf8_lossy(&out.stdout).trim().to_owned()
-}
 
 /// A service name no other test run uses; its keys are removed on drop.
 struct Service(String, u16);
@@ -169,34 +164,6 @@ async fn five_replicas_trip_on_the_fleets_totals_and_probe_half_open_times() {
         fleet.iter().map(|b| b.snapshot()).collect::<Vec<_>>()
     );
     assert_eq!(probes.load(Ordering::SeqCst), 2, "half_open probes in all");
-}
-
-/// A `redis-server` of this test's own, on its own port, stopped by its
-/// PID (on drop too).
-struct OwnRedis(std::process::Child);
-
-impl OwnRedis {
-    async fn start(port: u16) -> OwnRedis {
-        let child = Command::new("redis-server")
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-            .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
-            .stdout(std::process::Stdio::null())
-            .spawn()
-            .expect("redis-server starts");
-        let server = OwnRedis(child);
-        until("own redis answers", Duration::from_secs(5), || {
-            redis_cli(port, &["PING"]) == "PONG"
-        })
-        .await;
-        server
-    }
-}
-
-impl Drop for OwnRedis {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
 }
 
 fn percentile(sorted: &[Duration], p: f64) -> Duration {

@@ -4,7 +4,6 @@
 //! Ignored by default; run with
 //! `cargo test -p resilience-runtime --features limit-redis --test limit_redis -- --ignored --test-threads 1`.
 
-use std::process::Command;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
@@ -12,19 +11,14 @@ use std::time::Duration;
 use resilience_runtime::limit::{FleetRateLimit, Priority, Rate};
 use tokio::time::{Instant, sleep};
 
+mod redis_common;
+
+use redis_common::OwnRedis;
+
 const QUOTA: u32 = 1000;
 const REPLICAS: usize = 5;
 /// The admissions of the whole fleet, per 10 ms.
 const SLOTS: usize = 4000;
-
-fn redis_cli(port: u16, args: &[&str]) -> String {
-    let out = Command::new("redis-cli")
-        .args(["-h", "127.0.0.1", "-p", &port.to_string()])
-        .args(args)
-        .output()
-        .expect("redis-cli runs");
-    String::from_utf8_lossy(&out.stdout).trim().to_owned()
-}
 
 fn unique(name: &str) -> &'static str {
     use std::hash::{BuildHasher, RandomState};
@@ -161,47 +155,6 @@ async fn five_replicas_share_one_quota_without_overshoot() {
         slowest < Duration::from_millis(5),
         "a call spent {slowest:?} in its limiter"
     );
-}
-
-/// A `redis-server` of this test's own, on its own port, stopped by its
-/// PID (on drop too).
-struct OwnRedis(std::process::Child);
-
-impl OwnRedis {
-    async fn start(port: u16) -> OwnRedis {
-        let child = Command::new("redis-server")
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-            .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
-            .stdout(std::process::Stdio::null())
-            .spawn()
-            .expect("redis-server starts");
-        let server = OwnRedis(child);
-        let start = Instant::now();
-        while redis_cli(port, &["PING"]) != "PONG" {
-            assert!(
-                start.elapsed() < Duration::from_secs(5),
-                "own redis answers"
-            );
-            sleep(Duration::from_millis(20)).await;
-        }
-        server
-    }
-
-    fn signal(&self, signal: &str) {
-        let status = Command::new("kill")
-            .args([signal, &self.0.id().to_string()])
-            .status()
-            .expect("kill runs");
-        assert!(status.success());
-    }
-}
-
-impl Drop for OwnRedis {
-    fn drop(&mut self) {
-        self.signal("-CONT");
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
 }
 
 /// The fleet's windows while Redis is away: each replica at its share,
