@@ -45,7 +45,6 @@ mod error;
 mod middleware;
 mod request;
 
-#[cfg(feature = "reqwest-middleware")]
 pub use classify::{classify_response, retry_after};
 
 pub use error::{HttpError, StatusError};
