@@ -1,19 +1,13 @@
 //! The rules of one retry chain, for code that drives its own attempts.
 
 use std::borrow::Borrow;
-use std::pin::Pin;
-use std::task::{Context, Poll};
+use std::fmt;
+use std::mem::ManuallyDrop;
+use std::ops::ControlFlow;
 use std::time::Duration;
 
-use pin_project_lite::pin_project;
 use rand::RngCore;
-use tokio::time::{Instant, Sleep};
-
-use std::fmt;
-use std::future::Future;
-use std::mem::ManuallyDrop;
-
-use std::ops::ControlFlow;
+use tokio::time::Instant;
 
 use super::{DefaultRng, Event, FromRuntimeError, GiveUp, Policy, Verdict};
 use crate::deadline;
@@ -62,6 +56,8 @@ pub(crate) enum Next {
 /// first pending, and, with its [`Driver`], [`on_cut`](Self::on_cut) when
 /// a timer fires and [`on_error`](Self::on_error) when an attempt fails;
 /// or the bare decisions, [`cut`](Self::cut) and [`failed`](Self::failed).
+/// The async chains, [`Retry`](super::Retry) and the `#[retry]` code, do
+/// so through one poll loop, [`Turn`](super::turn::Turn).
 ///
 /// A first attempt without a deadline or an attempt timeout reads no clock
 /// unless it is pending, so a call that succeeds at once costs no clock
@@ -553,96 +549,6 @@ impl<R, P: Borrow<Policy>, S: Slot> Attempts<R, P, S> {
             reason,
         });
         error
-    }
-}
-
-pin_project! {
-    /// The one timer of a retry chain: it cuts the attempt in flight (see
-    /// [`Attempts::begin`] and [`Attempts::pending`]) and times the pause
-    /// between attempts. Kept inline, so a chain allocates nothing.
-    ///
-    /// # Panics
-    ///
-    /// Like [`tokio::time::sleep`], arming it panics outside a Tokio runtime
-    /// with the time driver enabled.
-    #[derive(Debug, Default)]
-    pub(crate) struct AttemptTimer {
-        cut: Option<Cut>,
-        #[pin]
-        sleep: Option<Sleep>,
-    }
-}
-
-impl AttemptTimer {
-    /// A timer that is not armed.
-    pub(crate) const fn new() -> Self {
-        Self {
-            cut: None,
-            sleep: None,
-        }
-    }
-
-    /// Arms the timer for an attempt that is starting, with what
-    /// [`Attempts::begin`] returned.
-    #[inline]
-    pub(crate) fn start(self: Pin<&mut Self>, timer: Option<(Instant, Cut)>) {
-        let mut this = self.project();
-        *this.cut = timer.map(|(_, cut)| cut);
-        if let Some((until, _)) = timer {
-            arm(this.sleep.as_mut(), until);
-        }
-    }
-
-    /// Whether a timer cuts the attempt in flight.
-    #[inline]
-    pub(crate) fn is_armed(&self) -> bool {
-        self.cut.is_some()
-    }
-
-    /// To be polled while the attempt is pending: ready with the [`Cut`]
-    /// once the timer fired. An attempt that started without a timer gets
-    /// the chain's `max_elapsed` from its first `Pending` on.
-    pub(crate) fn poll_cut<R, P: Borrow<Policy>, S: Slot>(
-        self: Pin<&mut Self>,
-        attempts: &mut Attempts<R, P, S>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Cut> {
-        let mut this = self.project();
-        let cut = match *this.cut {
-            Some(cut) => cut,
-            None => {
-                let (until, cut) = attempts.pending();
-                arm(this.sleep.as_mut(), until);
-                *this.cut = Some(cut);
-                cut
-            }
-        };
-        match this.sleep.as_pin_mut() {
-            Some(sleep) => sleep.poll(cx).map(|()| cut),
-            None => Poll::Ready(cut),
-        }
-    }
-
-    /// Arms the timer for the pause until `until` ([`Next::Retry`]).
-    pub(crate) fn pause(self: Pin<&mut Self>, until: Instant) {
-        let mut this = self.project();
-        *this.cut = None;
-        arm(this.sleep.as_mut(), until);
-    }
-
-    /// Ready when the pause is over.
-    pub(crate) fn poll_pause(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
-        match self.project().sleep.as_pin_mut() {
-            Some(sleep) => sleep.poll(cx),
-            None => Poll::Ready(()),
-        }
-    }
-}
-
-fn arm(mut sleep: Pin<&mut Option<Sleep>>, until: Instant) {
-    match sleep.as_mut().as_pin_mut() {
-        Some(sleep) => sleep.reset(until),
-        None => sleep.set(Some(crate::clock::sleep_until(until))),
     }
 }
 

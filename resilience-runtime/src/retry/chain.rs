@@ -2,11 +2,11 @@
 //! body inline, once per attempt, and asks a [`Chain`] after each one
 //! whether to stop or to pause and go again.
 //!
-//! It is a loop on [`Attempts`], as [`Retry`](super::Retry),
-//! [`BlockingRetry`](super::BlockingRetry) and [`hedge`](super::hedge)
-//! are: the rules are theirs, only the loop is written here. What the
-//! chain reports to (the call's span, its attempt metrics) comes from
-//! above, through [`Scope`], so this module knows nothing of telemetry.
+//! Each attempt is one [`Turn`], the poll loop [`Retry`](super::Retry)
+//! drives too, on the rules of [`Attempts`]: only where an attempt comes
+//! from and where its outcome goes are written here. What the chain
+//! reports to (the call's span, its attempt metrics) comes from above,
+//! through [`Scope`], so this module knows nothing of telemetry.
 
 use std::borrow::Borrow;
 use std::fmt;
@@ -17,10 +17,11 @@ use std::task::{Context, Poll, ready};
 
 use pin_project_lite::pin_project;
 
-use super::attempts::{AttemptTimer, Attempts, Driver};
+use super::attempts::{Attempts, Driver};
 use super::executor::When;
-use super::{Classify, FromRuntimeError, Policy, Reason, Verdict, layer};
-use super::{DefaultRng, Event, GiveUp};
+use super::turn::{Stage, Turn, Turned};
+use super::{Classify, FromRuntimeError, Policy, Reason, Verdict};
+use super::{DefaultRng, Event};
 use crate::error::{Cause, Error};
 
 /// What a chain runs under: its policy and its name, behind one pointer
@@ -125,14 +126,6 @@ impl<W, P: Named, O: Scope> Chain<W, P, O> {
         )
     }
 
-    fn refused<E: FromRuntimeError>(&mut self, reason: GiveUp) -> E
-    where
-        W: When<E>,
-    {
-        let (attempts, mut hooks) = self.hooks();
-        attempts.on_refused(reason, &mut hooks)
-    }
-
     /// The attempt succeeded: so did the call.
     #[inline(always)]
     fn succeeded<T, E>(&mut self, value: T) -> ControlFlow<Result<T, E>> {
@@ -147,13 +140,6 @@ impl<W, P: Named, O: Scope> Chain<W, P, O> {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Stage {
-    Start,
-    Running,
-    Pausing,
-}
-
 pin_project! {
     /// One attempt of a chain and the pause after it, if any.
     ///
@@ -166,11 +152,8 @@ pin_project! {
     #[must_use = "an attempt does nothing unless `.await`ed"]
     pub struct Attempt<'a, Fut, W, P, O> {
         chain: &'a mut Chain<W, P, O>,
-        stage: Stage,
         #[pin]
-        fut: Option<Fut>,
-        #[pin]
-        timer: AttemptTimer,
+        turn: Turn<Fut>,
     }
 }
 
@@ -178,7 +161,7 @@ impl<Fut, W, P: Borrow<Policy>, O> fmt::Debug for Attempt<'_, Fut, W, P, O> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Attempt")
             .field("attempt", &self.chain.attempts.attempt())
-            .field("stage", &self.stage)
+            .field("stage", &self.turn.stage())
             .finish_non_exhaustive()
     }
 }
@@ -188,9 +171,7 @@ impl<'a, Fut, W, P, O> Attempt<'a, Fut, W, P, O> {
     fn new(chain: &'a mut Chain<W, P, O>, fut: Fut) -> Self {
         Attempt {
             chain,
-            stage: Stage::Start,
-            fut: Some(fut),
-            timer: AttemptTimer::new(),
+            turn: Turn::new(Some(fut)),
         }
     }
 }
@@ -212,21 +193,14 @@ where
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let mut this = self.as_mut().project();
         let chain = &mut **this.chain;
-        if *this.stage == Stage::Start && chain.scope.is_quiet() && chain.attempts.begin_untimed() {
-            *this.stage = Stage::Running;
-            if let Some(fut) = this.fut.as_mut().as_pin_mut() {
-                let polled = {
-                    let _polling = layer::polling(chain.name());
-                    fut.poll(cx)
-                };
-                return match polled {
-                    Poll::Ready(Ok(value)) => {
-                        this.fut.set(None);
-                        Poll::Ready(chain.succeeded(value))
-                    }
-                    polled => self.on_polled(polled, cx),
-                };
-            }
+        if chain.scope.is_quiet() && this.turn.as_mut().begin_untimed(&mut chain.attempts) {
+            return match this.turn.as_mut().poll_attempt(chain.name(), cx) {
+                Poll::Ready(Ok(value)) => {
+                    this.turn.succeed();
+                    Poll::Ready(chain.succeeded(value))
+                }
+                polled => self.poll_turn(Some(polled), cx),
+            };
         }
         self.poll_entered(cx)
     }
@@ -248,79 +222,41 @@ where
         cx: &mut Context<'_>,
     ) -> Poll<ControlFlow<Result<T, E>>> {
         let _entered = self.as_mut().project().chain.scope.enter();
-        let mut this = self.as_mut().project();
+        let this = self.as_mut().project();
         let chain = &mut **this.chain;
-        if *this.stage == Stage::Start {
-            match chain.attempts.begin() {
-                Ok(timer) => this.timer.as_mut().start(timer),
-                Err(reason) => {
-                    this.fut.set(None);
-                    let error = chain.refused(reason);
+        match this.turn.stage() {
+            Stage::Start => {
+                let (attempts, mut hooks) = chain.hooks();
+                if let Err(error) = this.turn.begin(attempts, &mut hooks) {
                     return Poll::Ready(chain.failed(error));
                 }
             }
-            *this.stage = Stage::Running;
+            Stage::Done => panic!("`Attempt` polled after it completed"),
+            Stage::Running | Stage::Pausing => {}
         }
-        if *this.stage == Stage::Running {
-            let Some(fut) = this.fut.as_mut().as_pin_mut() else {
-                panic!("`Attempt` polled after it completed");
-            };
-            let polled = {
-                let _polling = layer::polling(chain.name());
-                fut.poll(cx)
-            };
-            return self.on_polled(polled, cx);
-        }
-        self.poll_pause(cx)
+        self.poll_turn(None, cx)
     }
 
-    /// The attempt in flight was polled: it succeeded, failed, or is still
-    /// pending under its timer. Out of line, so that the first poll of a
+    /// The turn, after the poll of the attempt the caller made (`polled`)
+    /// if any: the attempt succeeded, the chain ends, or the pause after
+    /// a failed attempt is over. Out of line, so that the first poll of a
     /// quiet call keeps only its success inline.
     #[inline(never)]
-    fn on_polled(
-        mut self: Pin<&mut Self>,
-        polled: Poll<Result<T, E>>,
+    fn poll_turn(
+        self: Pin<&mut Self>,
+        polled: Option<Poll<Result<T, E>>>,
         cx: &mut Context<'_>,
     ) -> Poll<ControlFlow<Result<T, E>>> {
-        let mut this = self.as_mut().project();
+        let this = self.project();
         let chain = &mut **this.chain;
-        let result = match polled {
-            Poll::Ready(result) => result,
-            Poll::Pending => {
-                let cut = ready!(this.timer.as_mut().poll_cut(&mut chain.attempts, cx));
-                // The timer fired: drop the attempt in flight.
-                this.fut.set(None);
-                let (attempts, mut hooks) = chain.hooks();
-                match attempts.on_cut(cut, &mut hooks) {
-                    Ok(timed_out) => Err(timed_out),
-                    Err(error) => return Poll::Ready(chain.failed(error)),
-                }
-            }
-        };
-        // Drop the finished attempt before pausing.
-        this.fut.set(None);
-        let error = match result {
-            Ok(value) => return Poll::Ready(chain.succeeded(value)),
-            Err(error) => error,
-        };
+        let name = chain.name();
         let (attempts, mut hooks) = chain.hooks();
-        match attempts.on_error(error, &mut hooks) {
-            ControlFlow::Break(error) => Poll::Ready(chain.failed(error)),
-            ControlFlow::Continue(pause) => {
-                this.timer.as_mut().pause(pause.until);
-                *this.stage = Stage::Pausing;
-                self.poll_pause(cx)
-            }
-        }
-    }
-
-    /// The pause after a failed attempt: the next one may start once it
-    /// is over.
-    #[inline(always)]
-    fn poll_pause(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<ControlFlow<Result<T, E>>> {
-        ready!(self.project().timer.poll_pause(cx));
-        Poll::Ready(ControlFlow::Continue(()))
+        let turned = ready!(this.turn.poll_turn(attempts, &mut hooks, name, polled, cx));
+        Poll::Ready(match turned {
+            Turned::Succeeded(value) => chain.succeeded(value),
+            Turned::Failed(error) => chain.failed(error),
+            Turned::Paused => ControlFlow::Continue(()),
+        })
     }
 }
 

@@ -8,9 +8,8 @@ use std::task::{Context, Poll, ready};
 use pin_project_lite::pin_project;
 use rand::RngCore;
 
-use std::ops::ControlFlow;
-
-use super::attempts::{AttemptTimer, Attempts, Driver, Kept, NotKept, Slot};
+use super::attempts::{Attempts, Driver, Kept, NotKept, Slot};
+use super::turn::{Stage, Turn, Turned};
 use super::{Classify, DefaultRng, Event, FromRuntimeError, Outcome, Policy, Reason, Verdict};
 use crate::error::Cause;
 
@@ -180,16 +179,6 @@ impl<E, A: Notify<E>, B: Notify<E>> Notify<E> for (A, B) {
 }
 
 pin_project! {
-    #[project = StateProj]
-    enum State<Fut> {
-        Idle,
-        Running { #[pin] fut: Fut },
-        Pausing,
-        Done,
-    }
-}
-
-pin_project! {
     /// A retry chain in progress: runs `op` until it succeeds, fails
     /// permanently, or the policy, the elapsed time or the caller's
     /// deadline says stop.
@@ -208,7 +197,6 @@ pin_project! {
     /// attempt panics outside a Tokio runtime with the time driver enabled.
     /// Polling it again after it completed panics.
     #[must_use = "a retry chain does nothing unless it is `.await`ed"]
-    #[project = RetryProj]
     // `repr(C)`, the chain (`attempts`, its policy) first, at the start of
     // the future: laid out by the compiler, the success path takes 13 more
     // instructions (BENCHMARKS.md, "Hot-path techniques").
@@ -219,9 +207,7 @@ pin_project! {
         notify: N,
         when: W,
         #[pin]
-        timer: AttemptTimer,
-        #[pin]
-        state: State<Fut>,
+        turn: Turn<Fut>,
     }
 }
 
@@ -348,8 +334,7 @@ impl<F, Fut, N, W, R, S: Slot> Retry<F, Fut, N, W, R, S> {
             op,
             notify,
             when,
-            timer: AttemptTimer::new(),
-            state: State::Idle,
+            turn: Turn::new(None),
         }
     }
 
@@ -402,41 +387,6 @@ impl<E, W: When<E>, N: Notify<E>> Driver<E> for Hooks<'_, W, N> {
     }
 }
 
-impl<F, Fut, N, W, R, S: Slot> RetryProj<'_, F, Fut, N, W, R, S> {
-    /// Starts the next attempt, armed with whatever timer must cut it; or
-    /// gives up when the caller's deadline has passed.
-    #[inline(always)]
-    fn start_attempt<T, E>(&mut self) -> Option<Poll<Result<T, E>>>
-    where
-        F: FnMut() -> Fut,
-        E: FromRuntimeError,
-        N: Notify<E>,
-        W: When<E>,
-    {
-        match self.attempts.begin() {
-            Ok(timer) => self.timer.as_mut().start(timer),
-            Err(reason) => {
-                let mut hooks = Hooks {
-                    when: &mut *self.when,
-                    notify: &mut *self.notify,
-                };
-                let error = self.attempts.on_refused(reason, &mut hooks);
-                return Some(self.end(Err(error)));
-            }
-        }
-        let fut = (self.op)();
-        self.state.set(State::Running { fut });
-        None
-    }
-
-    /// The chain ends with `result`.
-    #[inline]
-    fn end<T, E>(&mut self, result: Result<T, E>) -> Poll<Result<T, E>> {
-        self.state.set(State::Done);
-        Poll::Ready(result)
-    }
-}
-
 impl<F, Fut, T, E, N, W, R, S: Slot> Future for Retry<F, Fut, N, W, R, S>
 where
     F: FnMut() -> Fut,
@@ -453,44 +403,34 @@ where
     // the attempt's own poll and a few stores. Everything else is
     // `poll_chain`, out of line.
     #[inline]
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let mut this = self.project();
-        let first = if let StateProj::Idle = this.state.as_mut().project() {
-            if let Some(gave_up) = this.start_attempt() {
-                return gave_up;
-            }
-            if this.timer.is_armed() {
-                None
-            } else {
-                let StateProj::Running { fut } = this.state.as_mut().project() else {
-                    unreachable!("the attempt was just stored");
-                };
-                let polled = {
-                    let _polling = super::layer::polling(&super::layer::UNNAMED);
-                    fut.poll(cx)
-                };
-                match polled {
-                    Poll::Ready(Ok(value)) => {
-                        this.state.set(State::Done);
-                        let attempt = this.attempts.attempt();
-                        this.notify.notify(&Event::Success { attempt });
-                        return Poll::Ready(Ok(value));
-                    }
-                    other => Some(other),
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let mut this = self.as_mut().project();
+        let first = if this.turn.as_mut().begin_untimed(this.attempts) {
+            this.turn.as_mut().set_attempt((this.op)());
+            match this.turn.as_mut().poll_attempt(&super::layer::UNNAMED, cx) {
+                Poll::Ready(Ok(value)) => {
+                    this.turn.as_mut().succeed();
+                    let attempt = this.attempts.attempt();
+                    this.notify.notify(&Event::Success { attempt });
+                    return Poll::Ready(Ok(value));
                 }
+                polled => Some(polled),
             }
         } else {
             None
         };
-        poll_chain(this, first, cx)
+        poll_chain(self, first, cx)
     }
 }
 
 /// Everything but the first poll of a plain first attempt; `first` is the
 /// outcome of that poll when [`Retry::poll`] made it.
+// It takes the future, not its projection: a projection handed over by
+// value was written to memory on the success path too, 5 instructions per
+// call (BENCHMARKS.md, `Policy::retry`).
 #[inline(never)]
 fn poll_chain<F, Fut, T, E, N, W, R, S: Slot>(
-    mut this: RetryProj<'_, F, Fut, N, W, R, S>,
+    retry: Pin<&mut Retry<F, Fut, N, W, R, S>>,
     mut first: Option<Poll<Result<T, E>>>,
     cx: &mut Context<'_>,
 ) -> Poll<Result<T, E>>
@@ -502,64 +442,37 @@ where
     W: When<E>,
     R: RngCore,
 {
+    let mut this = retry.project();
     loop {
-        match this.state.as_mut().project() {
-            StateProj::Idle => {
-                if let Some(gave_up) = this.start_attempt() {
-                    return gave_up;
+        let mut hooks = Hooks {
+            when: &mut *this.when,
+            notify: &mut *this.notify,
+        };
+        match this.turn.stage() {
+            Stage::Start => {
+                if let Err(error) = this.turn.as_mut().begin(this.attempts, &mut hooks) {
+                    return Poll::Ready(Err(error));
                 }
+                this.turn.as_mut().set_attempt((this.op)());
             }
-            StateProj::Running { fut } => {
-                let polled = match first.take() {
-                    Some(polled) => polled,
-                    None => {
-                        let _polling = super::layer::polling(&super::layer::UNNAMED);
-                        fut.poll(cx)
-                    }
-                };
-                let result = match polled {
-                    Poll::Ready(result) => result,
-                    Poll::Pending => {
-                        let cut = ready!(this.timer.as_mut().poll_cut(this.attempts, cx));
-                        // The timer fired: drop the attempt in flight.
-                        this.state.set(State::Idle);
-                        let mut hooks = Hooks {
-                            when: &mut *this.when,
-                            notify: &mut *this.notify,
-                        };
-                        match this.attempts.on_cut(cut, &mut hooks) {
-                            Ok(timed_out) => Err(timed_out),
-                            Err(error) => return this.end(Err(error)),
-                        }
-                    }
-                };
-                let error = match result {
-                    Ok(value) => {
-                        let attempt = this.attempts.attempt();
-                        this.notify.notify(&Event::Success { attempt });
-                        return this.end(Ok(value));
-                    }
-                    Err(error) => error,
-                };
-                // Drop the finished attempt before pausing.
-                this.state.set(State::Idle);
-                let mut hooks = Hooks {
-                    when: &mut *this.when,
-                    notify: &mut *this.notify,
-                };
-                match this.attempts.on_error(error, &mut hooks) {
-                    ControlFlow::Continue(pause) => {
-                        this.timer.as_mut().pause(pause.until);
-                        this.state.set(State::Pausing);
-                    }
-                    ControlFlow::Break(error) => return this.end(Err(error)),
-                }
+            Stage::Done => panic!("`Retry` polled after it completed"),
+            Stage::Running | Stage::Pausing => {}
+        }
+        let turned = this.turn.as_mut().poll_turn(
+            this.attempts,
+            &mut hooks,
+            &super::layer::UNNAMED,
+            first.take(),
+            cx,
+        );
+        match ready!(turned) {
+            Turned::Succeeded(value) => {
+                let attempt = this.attempts.attempt();
+                this.notify.notify(&Event::Success { attempt });
+                return Poll::Ready(Ok(value));
             }
-            StateProj::Pausing => {
-                ready!(this.timer.as_mut().poll_pause(cx));
-                this.state.set(State::Idle);
-            }
-            StateProj::Done => panic!("`Retry` polled after it completed"),
+            Turned::Failed(error) => return Poll::Ready(Err(error)),
+            Turned::Paused => {}
         }
     }
 }

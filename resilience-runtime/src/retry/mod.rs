@@ -100,6 +100,7 @@ mod per_call;
 mod policy;
 mod retry_after;
 mod rng;
+mod turn;
 
 pub(crate) use attempts::{Attempts, NotKept};
 pub use backoff::{Backoff, Delays, Growth, Jitter, MIN_JITTER};
