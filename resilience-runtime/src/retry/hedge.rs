@@ -171,6 +171,15 @@ impl Policy {
         // The rules of a retry chain, with the hedge's attempts: its
         // deposit, the caller's deadline and `max_elapsed`, the refusal
         // inside a transaction, the budget and the one retrying layer.
+        //
+        // Not the poll loop of `Retry` and the attributes (`turn.rs`):
+        // that one has one attempt in flight, cut by its own timer, and
+        // pauses by the backoff after a failure before starting the next.
+        // A hedged call has several attempts in flight at once, under one
+        // timer for the whole call; it starts the next attempt when the
+        // hedge's delay passes with no answer, or at once after a
+        // transient failure, never after a pause; and a failure ends
+        // nothing while other attempts may still answer.
         let mut attempts: Attempts<DefaultRng, Policy, NotKept> =
             Attempts::with_rng(self.hedged(hedge.max), DefaultRng);
         let timer = match attempts.begin() {
