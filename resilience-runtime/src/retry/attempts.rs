@@ -337,19 +337,19 @@ impl<R, P: Borrow<Policy>, S: Slot> Attempts<R, P, S> {
     /// The error for a chain whose next attempt may not start, because
     /// [`begin`](Self::begin) or [`failed`](Self::failed) answered
     /// `GiveUp::Deadline`: [`Error::DeadlineExceeded`] after the attempts
-    /// made, with the error [kept](Self::keep) or `last` as its cause.
-    pub(crate) fn deadline_passed(&mut self, last: Option<Cause>) -> Error {
-        Error::deadline_exceeded(self.attempt).with_last(last.or_else(|| self.last.take()))
+    /// made, with the error [kept](Self::keep) as its cause.
+    pub(crate) fn deadline_passed(&mut self) -> Error {
+        Error::deadline_exceeded(self.attempt).with_last(self.last.take())
     }
 
     /// The error for a chain whose attempt [`begin`](Self::begin) refused
     /// to start for `reason`: [`Error::RetryInsideTransaction`] for
     /// `GiveUp::InTransaction`, otherwise
-    /// [`deadline_passed`](Self::deadline_passed) with `last`.
-    pub(crate) fn refused(&mut self, reason: GiveUp, last: Option<Cause>) -> Error {
+    /// [`deadline_passed`](Self::deadline_passed).
+    pub(crate) fn refused(&mut self, reason: GiveUp) -> Error {
         match reason {
             GiveUp::InTransaction => Error::RetryInsideTransaction,
-            _ => self.deadline_passed(last),
+            _ => self.deadline_passed(),
         }
     }
 
@@ -495,7 +495,8 @@ impl<R: RngCore, P: Borrow<Policy>, S: Slot> Attempts<R, P, S> {
                     reason: GiveUp::Deadline,
                 });
                 let kept = driver.keep(error);
-                let error = self.deadline_passed(kept);
+                self.keep(kept);
+                let error = self.deadline_passed();
                 driver.runtime_error(&error);
                 ControlFlow::Break(E::from_runtime(error))
             }
@@ -537,7 +538,7 @@ impl<R, P: Borrow<Policy>, S: Slot> Attempts<R, P, S> {
         reason: GiveUp,
         driver: &mut impl Driver<E>,
     ) -> E {
-        let error = self.refused(reason, None);
+        let error = self.refused(reason);
         driver.runtime_error(&error);
         self.give_up(E::from_runtime(error), reason, driver)
     }

@@ -184,7 +184,7 @@ impl Policy {
             Attempts::with_rng(self.hedged(hedge.max), DefaultRng);
         let timer = match attempts.begin() {
             Ok(timer) => timer,
-            Err(reason) => return Err(E::from_runtime(attempts.refused(reason, None))),
+            Err(reason) => return Err(E::from_runtime(attempts.refused(reason))),
         };
         // The first attempt lives in this future, and is polled once before
         // any clock read, timer or allocation: a call answered at once
