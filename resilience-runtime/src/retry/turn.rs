@@ -7,7 +7,8 @@
 //! between them is only where an attempt comes from and where success and
 //! failure are reported; the order of the decisions (poll the attempt; on
 //! `Pending`, the timer that cuts it; on an error, [`Attempts::on_error`]
-//! and the pause) is written here once.
+//! and the pause) is written here once. A hedged call keeps a loop of its
+//! own, for several attempts in flight at once (see `retry/hedge.rs`).
 
 use std::borrow::Borrow;
 use std::future::Future;
