@@ -1,15 +1,17 @@
 //! One admission of a rate limit, ours beside `governor`'s `check()` in the
 //! same run, and what an admission allocates (nothing).
 //!
-//! `cargo bench --bench rate -- --warm-up-time 1 --measurement-time 3`
+//! `cargo bench --bench rate --features limit-tsc -- --warm-up-time 1 --measurement-time 3`
 //!
 //! Both limits are far from full (a rate of 10⁹ a second with a burst of
 //! as many), so every call is admitted and each row is the admission
 //! path: a clock read and one compare-and-swap of the word. governor
 //! reads `quanta`'s clock (the TSC); ours reads tokio's `Instant`, so that
 //! tokio's paused clock drives it in tests (`std::time::Instant` outside
-//! a test build of tokio). The refusal rows are the other path: a limit
-//! at its rate, every call refused and told when to come back.
+//! a test build of tokio). With the `limit-tsc` feature, a third row: ours
+//! on the CPU's counter (`RateClock::Tsc`), governor's clock. The refusal
+//! rows are the other path: a limit at its rate, every call refused and
+//! told when to come back.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::hint::black_box;
@@ -76,6 +78,21 @@ fn rate(c: &mut Criterion) {
     group.bench_function("resilience: try_acquire, admitted", |b| {
         b.iter(|| black_box(ours.try_acquire(black_box(Priority::Default))))
     });
+    #[cfg(feature = "limit-tsc")]
+    {
+        let ours_tsc = RateLimit::new("bench", Rate::per_second(FAST))
+            .unwrap()
+            .with_clock(resilience::limit::RateClock::Tsc);
+        println!(
+            "allocations per admission on the counter: {}",
+            allocations_per_call(|| {
+                black_box(ours_tsc.try_acquire(Priority::Default)).unwrap();
+            })
+        );
+        group.bench_function("resilience: try_acquire on the TSC, admitted", |b| {
+            b.iter(|| black_box(ours_tsc.try_acquire(black_box(Priority::Default))))
+        });
+    }
     group.bench_function("governor: check, admitted", |b| {
         b.iter(|| black_box(theirs.check()))
     });

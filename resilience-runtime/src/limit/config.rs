@@ -4,7 +4,8 @@ use std::time::Duration;
 
 use super::limiter::RatePart;
 use super::{
-    AdaptiveLimit, Bulkhead, Limiter, Rate, RateLimit, Throttle, ThrottleConfig, VegasConfig,
+    AdaptiveLimit, Bulkhead, Limiter, Rate, RateClock, RateLimit, Throttle, ThrottleConfig,
+    VegasConfig,
 };
 use crate::error::ConfigError;
 
@@ -47,6 +48,7 @@ struct RateConfig {
     max_wait: Duration,
     /// The Redis URL the quota is shared through.
     shared: Option<&'static str>,
+    clock: RateClock,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -106,6 +108,7 @@ impl LimitConfig {
             burst: None,
             max_wait: Duration::ZERO,
             shared: None,
+            clock: RateClock::Tokio,
         });
         self
     }
@@ -128,6 +131,25 @@ impl LimitConfig {
             rate.shared = Some(url);
         }
         self
+    }
+
+    /// The same, whose rate limit reads `clock` ([`RateClock`]; no effect
+    /// without a rate limit). A quota shared through Redis keeps tokio's
+    /// clock: [`validate`](Self::validate) refuses the counter beside
+    /// [`with_shared`](Self::with_shared).
+    pub const fn with_clock(mut self, clock: RateClock) -> Self {
+        if let Some(rate) = &mut self.rate {
+            rate.clock = clock;
+        }
+        self
+    }
+
+    /// The clock the rate limit reads, if there is one.
+    pub const fn clock(&self) -> Option<RateClock> {
+        match self.rate {
+            Some(rate) => Some(rate.clock),
+            None => None,
+        }
     }
 
     /// The Redis URL the rate limit's quota is shared through, if any.
@@ -208,6 +230,7 @@ impl LimitConfig {
                     "a quota shared through Redis needs the `limit-redis` cargo feature",
                 ));
             }
+            errors.extend(rate.shared_clock().err());
         }
         match self.slots {
             SlotsConfig::None => {}
@@ -292,7 +315,23 @@ impl LimitConfig {
 }
 
 impl RateConfig {
+    /// Refuses the CPU's counter beside a shared quota, whose leases are
+    /// timed on tokio's clock.
+    fn shared_clock(&self) -> Result<(), ConfigError> {
+        if self.shared.is_none() || self.clock == RateClock::Tokio {
+            return Ok(());
+        }
+        Err(ConfigError::new(
+            "rate limit",
+            "clock",
+            format!("{:?}", self.clock.as_str()),
+            "a quota shared through Redis times its leases on tokio's clock; keep `clock = \"tokio\"` beside `shared`",
+        ))
+    }
+
     fn build(self, service: &'static str, name: &'static str) -> Result<RatePart, ConfigError> {
+        self.shared_clock()
+            .map_err(|err| err.with_subject(format!("rate limit `{name}`")))?;
         if let Some(url) = self.shared {
             return self.build_fleet(service, name, url);
         }
@@ -301,7 +340,9 @@ impl RateConfig {
             Some(burst) => limit.with_burst(burst)?,
             None => limit,
         };
-        Ok(RatePart::Local(limit.with_max_wait(self.max_wait)))
+        Ok(RatePart::Local(
+            limit.with_clock(self.clock).with_max_wait(self.max_wait),
+        ))
     }
 
     #[cfg(feature = "limit-redis")]
@@ -472,6 +513,65 @@ mod tests {
                 assert_eq!(err.value(), value, "{body}: {err}");
             }
         }
+    }
+
+    /// `clock = "tsc"` puts a local rate limit on the CPU's counter; a
+    /// clock that is neither, a clock without a rate, and the counter
+    /// beside a shared quota are refused naming the value.
+    #[cfg(feature = "config-file")]
+    #[test]
+    fn a_rate_limits_clock_from_the_file() {
+        use crate::limit::RateClock;
+
+        let section = "[limits.partner]\nrate = \"100/s\"\nclock = \"tsc\"\n";
+        #[cfg(feature = "limit-tsc")]
+        {
+            let registry = registry(section).unwrap();
+            let partner = registry.limiter("partner").unwrap();
+            assert_eq!(partner.as_rate().unwrap().clock(), RateClock::Tsc);
+        }
+        #[cfg(not(feature = "limit-tsc"))]
+        {
+            let err = registry(section).unwrap_err();
+            assert_eq!(err.field(), "clock", "{err}");
+            assert!(err.reason().contains("limit-tsc"), "{err}");
+        }
+        let registry = registry("[limits.partner]\nrate = \"100/s\"\n").unwrap();
+        let partner = registry.limiter("partner").unwrap();
+        assert_eq!(partner.as_rate().unwrap().clock(), RateClock::Tokio);
+        let mut cases = vec![
+            (
+                "rate = \"100/s\"\nclock = \"wall\"",
+                "\"wall\"",
+                "\"tokio\"",
+            ),
+            (
+                "max_concurrent = 4\nclock = \"tokio\"",
+                "\"tokio\"",
+                "add `rate =",
+            ),
+        ];
+        if cfg!(all(feature = "limit-tsc", feature = "limit-redis")) {
+            cases.push((
+                "rate = \"100/s\"\nclock = \"tsc\"\nshared = \"redis://127.0.0.1:6379/\"",
+                "\"tsc\"",
+                "tokio's clock",
+            ));
+        }
+        for (body, value, reason) in cases {
+            let err = registry_err(body);
+            assert_eq!(
+                (err.field(), err.value()),
+                ("clock", value),
+                "{body}: {err}"
+            );
+            assert!(err.reason().contains(reason), "{body}: {err}");
+        }
+    }
+
+    #[cfg(feature = "config-file")]
+    fn registry_err(body: &str) -> crate::ConfigError {
+        registry(&format!("[limits.partner]\n{body}\n")).unwrap_err()
     }
 
     #[cfg(feature = "config-file")]

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{PoisonError, RwLock};
 use std::time::Duration;
 
-use super::rate::{Clock, Schedule, check_burst};
+use super::rate::{Clock, RateClock, Schedule, check_burst};
 use super::report::Report;
 use super::{Priority, Rate};
 use crate::error::{ConfigError, Overloaded, ShedBy};
@@ -128,6 +128,25 @@ impl<K: Hash + Eq + Clone> KeyedRateLimit<K> {
     pub fn with_max_wait(mut self, max_wait: Duration) -> Self {
         self.max_wait = max_wait;
         self
+    }
+
+    /// The same limit, reading `clock` (default: tokio's; see
+    /// [`RateClock`]). Every key starts over from now, as if new.
+    #[must_use]
+    pub fn with_clock(mut self, clock: RateClock) -> Self {
+        self.clock = Clock::of(clock);
+        for shard in self.shards.iter_mut() {
+            shard
+                .get_mut()
+                .unwrap_or_else(PoisonError::into_inner)
+                .clear();
+        }
+        self
+    }
+
+    /// The clock the limit reads.
+    pub fn clock(&self) -> RateClock {
+        self.clock.kind()
     }
 
     /// The limit's name.

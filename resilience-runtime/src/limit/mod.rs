@@ -19,7 +19,8 @@
 //!   `max(0, (requests − K × accepts) / (requests + 1))`.
 //! - [`RateLimit`]: at most a [`Rate`] of calls, a burst at once (GCRA, as
 //!   `governor` and `redis-cell`), waiting a bounded time for a place or
-//!   refusing with [when to come back](crate::Overloaded::retry_after);
+//!   refusing with [when to come back](crate::Overloaded::retry_after),
+//!   on tokio's clock or the CPU's counter ([`RateClock`]);
 //!   [`KeyedRateLimit`], the same per key (per tenant, per host) in a
 //!   bounded table; `FleetRateLimit` (feature `limit-redis`), one quota
 //!   shared by every replica of a service through Redis with no Redis
@@ -82,7 +83,7 @@ pub use keyed::KeyedRateLimit;
 pub use limiter::Limiter;
 pub(crate) use priority::scoped as scoped_priority;
 pub use priority::{Priority, WithPriority, with_priority};
-pub use rate::{Rate, RateLimit};
+pub use rate::{Rate, RateClock, RateLimit};
 pub use throttle::{Throttle, ThrottleConfig, ThrottleTicket};
 pub use vegas::VegasConfig;
 

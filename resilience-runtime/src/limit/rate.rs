@@ -130,6 +130,11 @@ impl FromStr for Rate {
 /// last tenth of a burst of 20 is kept for critical calls and sheddable
 /// calls use at most half of it.
 ///
+/// **The clock**: tokio's by default, so that tokio's paused clock drives
+/// the limit in tests; [`with_clock`](Self::with_clock) puts it on the
+/// CPU's counter instead ([`RateClock`], feature `limit-tsc`), for an
+/// admission without a system call.
+///
 /// **Waiting**: a call over the rate is refused at once with
 /// [`Overloaded`], carrying [when to come back](Overloaded::retry_after);
 /// with [`with_max_wait`](Self::with_max_wait), [`acquire`](Self::acquire)
@@ -229,6 +234,20 @@ impl RateLimit {
         self
     }
 
+    /// The same limit, reading `clock` (default: tokio's; see
+    /// [`RateClock`]). The schedule starts over from now, as if new.
+    #[must_use]
+    pub fn with_clock(mut self, clock: RateClock) -> Self {
+        self.clock = Clock::of(clock);
+        self.tat = AtomicU64::new(0);
+        self
+    }
+
+    /// The clock the limit reads.
+    pub fn clock(&self) -> RateClock {
+        self.clock.kind()
+    }
+
     /// The limit's name.
     pub fn name(&self) -> &'static str {
         self.report.name()
@@ -289,32 +308,228 @@ pub(super) fn check_burst(name: &str, burst: u32) -> Result<(), ConfigError> {
         .map_err(|reason| ConfigError::new(format!("rate limit `{name}`"), "burst", burst, reason))
 }
 
-/// The limit's clock: tokio's, so that its paused clock drives the limit
-/// in tests, read as nanoseconds after an origin.
+/// The clock a local rate limit reads on every admission.
+///
+/// The default is tokio's: tokio's paused clock (`start_paused`,
+/// `tokio::time::advance`) drives the limit in tests, and outside a test
+/// build of tokio it is the system's monotonic clock, a `clock_gettime`
+/// per admission — most of an admission's cost where that call is slow,
+/// as on many virtual machines. `Tsc` (feature `limit-tsc`) reads the
+/// CPU's counter through `quanta` instead, as `governor` does: no system
+/// call, and a limit whose admission costs what governor's does.
+///
+/// ```
+/// use resilience::limit::{Priority, Rate, RateClock, RateLimit};
+///
+/// let limit = RateLimit::new("partner", Rate::per_second(100))?;
+/// assert_eq!(limit.clock(), RateClock::Tokio);
+/// # #[cfg(feature = "limit-tsc")] {
+/// let hot = RateLimit::new("partner", Rate::per_second(100))?.with_clock(RateClock::Tsc);
+/// assert_eq!(hot.clock(), RateClock::Tsc);
+/// hot.try_acquire(Priority::Default)?;
+/// # }
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[non_exhaustive]
+pub enum RateClock {
+    /// tokio's clock (the default), which tokio's paused clock drives.
+    #[default]
+    Tokio,
+    /// The CPU's counter (the TSC on x86-64, `cntvct_el0` on AArch64),
+    /// calibrated against the system's monotonic clock once per process
+    /// (up to 200 ms, the first time a limit on it is built), through
+    /// `quanta`; the system's clock where the CPU has no counter that
+    /// ticks at a constant rate. tokio's paused clock does **not** drive
+    /// it: a test that advances tokio's time keeps the default.
+    #[cfg(feature = "limit-tsc")]
+    Tsc,
+}
+
+impl RateClock {
+    /// The name the config file gives the clock (`clock = "tsc"`).
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Tokio => "tokio",
+            #[cfg(feature = "limit-tsc")]
+            Self::Tsc => "tsc",
+        }
+    }
+}
+
+impl fmt::Display for RateClock {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for RateClock {
+    type Err = ConfigError;
+
+    fn from_str(text: &str) -> Result<Self, ConfigError> {
+        match text {
+            "tokio" => Ok(Self::Tokio),
+            #[cfg(feature = "limit-tsc")]
+            "tsc" => Ok(Self::Tsc),
+            #[cfg(not(feature = "limit-tsc"))]
+            "tsc" => Err(ConfigError::new(
+                "rate limit",
+                "clock",
+                "\"tsc\"",
+                "the CPU's counter needs the `limit-tsc` cargo feature of resilience; turn it on, or keep `clock = \"tokio\"`",
+            )),
+            other => Err(ConfigError::new(
+                "rate limit",
+                "clock",
+                format!("{other:?}"),
+                "the clock is \"tokio\" (the default, which tokio's paused clock drives in tests) or \"tsc\" (the CPU's counter, feature `limit-tsc`)",
+            )),
+        }
+    }
+}
+
+/// The limit's clock, read as nanoseconds after an origin: tokio's unless
+/// the limit asked for the CPU's counter. The tokio origin is kept in
+/// both cases, since a waiting call sleeps on tokio's timer.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Clock {
     origin: Instant,
+    #[cfg(feature = "limit-tsc")]
+    tsc: Option<Tsc>,
+}
+
+/// The CPU's counter, its reading at the origin, and how to turn ticks
+/// into nanoseconds.
+#[cfg(feature = "limit-tsc")]
+#[derive(Debug, Clone, Copy)]
+struct Tsc {
+    /// The TSC at the origin, when the limit reads it itself.
+    origin: u64,
+    /// Nanoseconds per 2³² ticks, from `quanta`'s calibration, when the
+    /// limit reads the TSC itself (0: it reads `quanta`'s clock).
+    scale: u64,
+    /// `quanta`'s clock at the origin.
+    quanta: quanta::Instant,
+}
+
+#[cfg(feature = "limit-tsc")]
+impl Tsc {
+    fn new() -> Self {
+        let scale = direct::scale(&quanta::Clock::new());
+        Self {
+            origin: if scale != 0 { direct::ticks() } else { 0 },
+            scale,
+            quanta: quanta::Instant::now(),
+        }
+    }
+
+    /// Nanoseconds since the origin; a reading behind the origin (another
+    /// core's counter a few ticks back) is the origin.
+    #[inline]
+    fn now(&self) -> u64 {
+        if self.scale != 0 {
+            // The TSC read inline and scaled by one multiplication: `quanta`
+            // would add a call and two checks of which clock it is on.
+            let ticks = direct::ticks().saturating_sub(self.origin);
+            return ((u128::from(ticks) * u128::from(self.scale)) >> 32) as u64;
+        }
+        duration_nanos(quanta::Instant::now().saturating_duration_since(self.quanta))
+    }
+}
+
+/// Reading the TSC without `quanta`'s call, where `quanta` reads it too.
+#[cfg(all(feature = "limit-tsc", target_arch = "x86_64"))]
+mod direct {
+    /// The TSC.
+    #[inline(always)]
+    pub(super) fn ticks() -> u64 {
+        // Safety: `rdtsc` exists on every x86-64 CPU and reads a register.
+        #[allow(unsafe_code)]
+        unsafe {
+            core::arch::x86_64::_rdtsc()
+        }
+    }
+
+    /// Nanoseconds per 2³² ticks by `clock`'s calibration, or 0 when
+    /// `clock` does not read the TSC (no invariant TSC: it then reads the
+    /// system's clock, in nanoseconds), which shows as a raw reading
+    /// outside two TSC readings around it.
+    pub(super) fn scale(clock: &quanta::Clock) -> u64 {
+        let before = ticks();
+        let raw = clock.raw();
+        let after = ticks();
+        if !(before <= raw && raw <= after) {
+            return 0;
+        }
+        clock.delta_as_nanos(1, 1 + (1 << 32))
+    }
+}
+
+#[cfg(all(feature = "limit-tsc", not(target_arch = "x86_64")))]
+mod direct {
+    pub(super) fn ticks() -> u64 {
+        0
+    }
+
+    /// Elsewhere the counter is read through `quanta`.
+    pub(super) fn scale(_: &quanta::Clock) -> u64 {
+        0
+    }
 }
 
 impl Clock {
     pub(super) fn new() -> Self {
         Self {
             origin: Instant::now(),
+            #[cfg(feature = "limit-tsc")]
+            tsc: None,
         }
+    }
+
+    /// A clock of `kind`, its origin now.
+    pub(super) fn of(kind: RateClock) -> Self {
+        match kind {
+            RateClock::Tokio => Self::new(),
+            #[cfg(feature = "limit-tsc")]
+            RateClock::Tsc => Self {
+                origin: Instant::now(),
+                tsc: Some(Tsc::new()),
+            },
+        }
+    }
+
+    /// Which clock this is.
+    pub(super) fn kind(&self) -> RateClock {
+        #[cfg(feature = "limit-tsc")]
+        if self.tsc.is_some() {
+            return RateClock::Tsc;
+        }
+        RateClock::Tokio
     }
 
     /// Nanoseconds since the origin.
     #[inline]
     pub(super) fn now(&self) -> u64 {
+        #[cfg(feature = "limit-tsc")]
+        if let Some(tsc) = &self.tsc {
+            return tsc.now();
+        }
         duration_nanos(Instant::now().saturating_duration_since(self.origin))
     }
 
     /// Sleeps from `now` until `at` (both after the origin), if that is
     /// later, and reports the wait.
     pub(super) async fn wait(&self, now: u64, at: u64, report: &Report) {
-        report::rate_admitted(report.labels());
+        report::rate_admitted(report);
         if at > now {
-            crate::clock::sleep_until(self.origin + Duration::from_nanos(at)).await;
+            // On the counter, `at` is not an instant of tokio's clock:
+            // sleep the distance from now instead.
+            let until = match self.kind() {
+                RateClock::Tokio => self.origin + Duration::from_nanos(at),
+                #[cfg(feature = "limit-tsc")]
+                RateClock::Tsc => Instant::now() + Duration::from_nanos(at - now),
+            };
+            crate::clock::sleep_until(until).await;
             report::rate_waited(report.labels(), Duration::from_nanos(at - now));
         }
     }
@@ -352,7 +567,7 @@ impl Schedule {
         let tolerance = self.tolerance[priority.index()];
         match self.take(tat, now, tolerance) {
             Ok(_) => {
-                report::rate_admitted(report.labels());
+                report::rate_admitted(report);
                 Ok(())
             }
             Err(ahead) => Err(refuse(report, priority, ahead - tolerance)),

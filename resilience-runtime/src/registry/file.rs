@@ -64,6 +64,8 @@ struct LimitSection {
     /// `"redis://host:port/"`: the rate limit's quota is shared by every
     /// replica through this Redis.
     shared: Option<String>,
+    /// `"tokio"` or `"tsc"`: the clock a local rate limit reads.
+    clock: Option<String>,
 }
 
 impl LimitSection {
@@ -149,6 +151,20 @@ impl LimitSection {
                     "shared",
                     format!("{url:?}"),
                     "`shared` shares a rate limit's quota through Redis: add `rate = \"<calls>/<period>\"`, e.g. `rate = \"1000/s\"`",
+                ));
+            }
+            (config, None) => config,
+        };
+        let config = match (config, &self.clock) {
+            (Some(config), Some(text)) if rate.is_some() => {
+                Some(config.with_clock(text.parse::<crate::limit::RateClock>()?))
+            }
+            (_, Some(text)) => {
+                return Err(ConfigError::new(
+                    subject,
+                    "clock",
+                    format!("{text:?}"),
+                    "`clock` is the clock a rate limit reads: add `rate = \"<calls>/<period>\"`, e.g. `rate = \"100/s\"`",
                 ));
             }
             (config, None) => config,

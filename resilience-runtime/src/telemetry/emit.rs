@@ -305,7 +305,9 @@ mod facade {
     pub(crate) fn describe() {}
 }
 
-pub(crate) use facade::{QuietScope, active, gauge, histogram, increment, increment_unscoped};
+pub(crate) use facade::{
+    QuietScope, active, gauge, histogram, increment, increment_unscoped, installed,
+};
 
 /// `true` when a `metrics` recorder is in scope for this thread (a local
 /// one, or the global one), so that the calls made here are recorded.

@@ -147,6 +147,6 @@ impl Link {
 
     /// The report of an admitted call.
     pub(super) fn admitted_report(&self) {
-        report::rate_admitted(self.labels());
+        report::rate_admitted(&self.report);
     }
 }

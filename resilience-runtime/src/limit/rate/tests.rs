@@ -327,3 +327,90 @@ fn bad_settings_are_refused_naming_the_limit() {
     let err = limit(Rate::per_second(1)).with_burst(0).unwrap_err();
     assert_eq!((err.field(), err.value()), ("burst", "0"));
 }
+
+#[test]
+fn clocks_parse_and_print_as_the_file_writes_them() {
+    use super::RateClock;
+
+    assert_eq!("tokio".parse::<RateClock>().unwrap(), RateClock::Tokio);
+    assert_eq!(RateClock::default(), RateClock::Tokio);
+    #[cfg(feature = "limit-tsc")]
+    assert_eq!("tsc".parse::<RateClock>().unwrap().to_string(), "tsc");
+    #[cfg(not(feature = "limit-tsc"))]
+    {
+        let err = "tsc".parse::<RateClock>().unwrap_err();
+        assert!(err.reason().contains("limit-tsc"), "{err}");
+    }
+    let err = "rdtsc".parse::<RateClock>().unwrap_err();
+    assert_eq!((err.field(), err.value()), ("clock", "\"rdtsc\""));
+    assert!(err.reason().contains("\"tokio\""), "{err}");
+}
+
+/// A limit on the CPU's counter: the same GCRA on another clock. These run
+/// on the real clock (tokio's paused clock cannot drive the counter), with
+/// rates slow enough that the time the test takes does not matter.
+#[cfg(feature = "limit-tsc")]
+mod tsc {
+    use super::*;
+    use crate::limit::RateClock;
+
+    fn on_tsc(rate: Rate) -> RateLimit {
+        limit(rate).with_clock(RateClock::Tsc)
+    }
+
+    /// governor `actual_threadsafety`, on governor's own clock: 20
+    /// threads at once on a quota of 20 are all admitted, the 21st call is
+    /// refused, and told to come back after about one interval (3 minutes
+    /// at 20 an hour), as governor's `NotUntil::wait_time_from` tells it.
+    #[test]
+    fn governor_actual_threadsafety() {
+        let lim = on_tsc(Rate::per_hour(20));
+        assert_eq!(lim.clock(), RateClock::Tsc);
+        std::thread::scope(|scope| {
+            for _ in 0..20 {
+                scope.spawn(|| assert!(lim.try_acquire(C).is_ok()));
+            }
+        });
+        let refused = lim.try_acquire(C).unwrap_err();
+        let wait = refused.retry_after().unwrap();
+        let interval = Duration::from_secs(180);
+        assert!(
+            wait <= interval && wait > interval - Duration::from_secs(5),
+            "{wait:?}"
+        );
+    }
+
+    /// tokio's paused clock does not move the counter: time advanced in a
+    /// test frees no place (what the docs tell a user to expect).
+    #[tokio::test(start_paused = true)]
+    async fn tokios_paused_clock_does_not_drive_it() {
+        let lim = on_tsc(Rate::per_hour(1));
+        lim.try_acquire(C).unwrap();
+        advance(Duration::from_secs(7200)).await;
+        assert!(lim.try_acquire(C).is_err());
+        let tokio = limit(Rate::per_hour(1));
+        tokio.try_acquire(C).unwrap();
+        advance(Duration::from_secs(3600)).await;
+        assert!(tokio.try_acquire(C).is_ok());
+    }
+
+    /// A waiting call sleeps until its place: at 1,000 a second with a
+    /// burst of 1, the third of three calls is admitted no sooner than
+    /// 2 ms after the first (redis-cell's and governor's schedule: one
+    /// interval between calls once the burst is spent).
+    #[tokio::test]
+    async fn a_waiting_call_sleeps_until_its_place() {
+        let lim = on_tsc(Rate::per_second(1000))
+            .with_burst(1)
+            .unwrap()
+            .with_max_wait(Duration::from_millis(50));
+        let start = std::time::Instant::now();
+        lim.try_acquire(C).unwrap();
+        lim.acquire(C).await.unwrap();
+        lim.acquire(C).await.unwrap();
+        let waited = start.elapsed();
+        // The counter is calibrated against the system's clock: allow a
+        // tenth of the intervals for the two to disagree.
+        assert!(waited >= Duration::from_micros(1800), "{waited:?}");
+    }
+}
