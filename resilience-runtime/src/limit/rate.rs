@@ -405,8 +405,9 @@ pub(super) struct Clock {
 struct Tsc {
     /// The TSC at the origin, when the limit reads it itself.
     origin: u64,
-    /// Nanoseconds per 2³² ticks, from `quanta`'s calibration, when the
-    /// limit reads the TSC itself (0: it reads `quanta`'s clock).
+    /// Nanoseconds per tick in units of 2⁻⁶⁴ ns, from `quanta`'s
+    /// calibration, when the limit reads the TSC itself (0: it reads
+    /// `quanta`'s clock).
     scale: u64,
     /// `quanta`'s clock at the origin.
     quanta: quanta::Instant,
@@ -428,10 +429,11 @@ impl Tsc {
     #[inline]
     fn now(&self) -> u64 {
         if self.scale != 0 {
-            // The TSC read inline and scaled by one multiplication: `quanta`
-            // would add a call and two checks of which clock it is on.
+            // The TSC read inline and scaled by the high half of one
+            // multiplication (no shift): `quanta` would add a call, two
+            // checks of which clock it is on and a variable shift.
             let ticks = direct::ticks().saturating_sub(self.origin);
-            return ((u128::from(ticks) * u128::from(self.scale)) >> 32) as u64;
+            return ((u128::from(ticks) * u128::from(self.scale)) >> 64) as u64;
         }
         duration_nanos(quanta::Instant::now().saturating_duration_since(self.quanta))
     }
@@ -450,7 +452,8 @@ mod direct {
         }
     }
 
-    /// Nanoseconds per 2³² ticks by `clock`'s calibration, or 0 when
+    /// Nanoseconds per tick in units of 2⁻⁶⁴ ns by `clock`'s calibration,
+    /// or 0 where that does not fit (a TSC of 1 GHz or slower), or when
     /// `clock` does not read the TSC (no invariant TSC: it then reads the
     /// system's clock, in nanoseconds), which shows as a raw reading
     /// outside two TSC readings around it.
@@ -461,7 +464,13 @@ mod direct {
         if !(before <= raw && raw <= after) {
             return 0;
         }
-        clock.delta_as_nanos(1, 1 + (1 << 32))
+        // Over 2⁴⁰ ticks (minutes), rounding to the nanosecond is an error
+        // of a few parts in 10¹².
+        let per_2_40 = clock.delta_as_nanos(1, 1 + (1 << 40));
+        if per_2_40 >= 1 << 40 {
+            return 0;
+        }
+        per_2_40 << 24
     }
 }
 

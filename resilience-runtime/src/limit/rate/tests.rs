@@ -380,6 +380,25 @@ mod tsc {
         );
     }
 
+    /// The counter, read inline and scaled by `quanta`'s calibration,
+    /// keeps the system's time: over 20 ms of the system's clock it counts
+    /// 20 ms, to within 1 % (a scale off by a factor would admit calls
+    /// faster or slower than the rate).
+    #[test]
+    fn the_counter_keeps_the_systems_time() {
+        let clock = super::super::Clock::of(RateClock::Tsc);
+        let (counter, system) = (clock.now(), std::time::Instant::now());
+        while system.elapsed() < Duration::from_millis(20) {
+            std::hint::spin_loop();
+        }
+        let (counted, elapsed) = (clock.now() - counter, system.elapsed());
+        let ratio = counted as f64 / elapsed.as_nanos() as f64;
+        assert!(
+            (0.99..=1.01).contains(&ratio),
+            "{counted} ns in {elapsed:?}"
+        );
+    }
+
     /// tokio's paused clock does not move the counter: time advanced in a
     /// test frees no place (what the docs tell a user to expect).
     #[tokio::test(start_paused = true)]
