@@ -4,7 +4,8 @@
 //! must stay below both attributes stacked, in time and in instructions
 //! (it once measured slower): filter on `'#\[circuit_breaker\]'` to
 //! compare the two in one run. The peer, backon, runs around the same
-//! body (`get_user_backon`).
+//! body (`get_user_backon`), and so does its attribute, backon-macros'
+//! `#[backon]` (`get_user_backon_macros`).
 //!
 //! `cargo bench --bench macros -- --warm-up-time 1 --measurement-time 3`
 //!
@@ -117,6 +118,14 @@ async fn get_user_backon(id: u64) -> Result<u64, Error> {
         .await
 }
 
+// The peer's attribute: backon-macros on the same body, with the backoff
+// and sleeper of its documentation.
+#[inline(never)]
+#[backon_macros::backon(backoff = backon::ExponentialBuilder::default, sleep = tokio::time::sleep)]
+async fn get_user_backon_macros(id: u64) -> Result<u64, Error> {
+    ready(Ok(black_box(id) + 1)).await
+}
+
 // The same, drawing on a retry budget: one deposit per call, on this
 // thread's stripe.
 #[inline(never)]
@@ -201,6 +210,9 @@ fn retry_success_path(c: &mut Criterion) {
     });
     group.bench_function("backon (peer, same body)", |b| {
         b.iter(|| poll_once(get_user_backon(black_box(7))))
+    });
+    group.bench_function("#[backon] (peer attribute, same body)", |b| {
+        b.iter(|| poll_once(get_user_backon_macros(black_box(7))))
     });
     group.bench_function("breaker by hand (CircuitBreaker::call)", |b| {
         b.iter(|| poll_once(get_user_breaker_by_hand(black_box(7))))

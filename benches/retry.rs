@@ -1,6 +1,6 @@
 //! The cost of the retry executor when the first attempt succeeds, against a
-//! direct call of the same async fn, and backon (the most used peer) around
-//! the same fn in the same run.
+//! direct call of the same async fn, and backon (the most used peer) and
+//! tokio-retry2 around the same fn in the same run.
 //!
 //! Two harnesses: `first-attempt-succeeds` polls each future on the stack,
 //! where the optimizer may keep a small one in registers; `in-task` puts it
@@ -78,6 +78,40 @@ fn success_path(c: &mut Criterion) {
         use backon::Retryable;
         let builder = backon::ExponentialBuilder::default().with_jitter();
         b.iter(|| poll_once((|| get_user(black_box(7))).retry(black_box(builder))))
+    });
+    // tokio-retry2 has no default strategy: its README's, built per call as
+    // the README builds it. Its actions return its own error type, so the
+    // same fn is mapped with its `MapErr`.
+    group.bench_function("tokio-retry2 (peer, same fn)", |b| {
+        use tokio_retry2::MapErr;
+        use tokio_retry2::strategy::{ExponentialBackoff, MaxInterval, jitter};
+        b.iter(|| {
+            let strategy = ExponentialBackoff::from_millis(10)
+                .factor(1)
+                .max_delay_millis(100)
+                .max_interval(10000)
+                .map(jitter)
+                .take(3);
+            poll_once(tokio_retry2::Retry::spawn(strategy, || async {
+                get_user(black_box(7)).await.map_transient_err()
+            }))
+        })
+    });
+    // The same without `max_interval`, which reads the clock when the
+    // strategy is built: the least tokio-retry2 costs per call.
+    group.bench_function("tokio-retry2, no max_interval (peer, same fn)", |b| {
+        use tokio_retry2::MapErr;
+        use tokio_retry2::strategy::{ExponentialBackoff, jitter};
+        b.iter(|| {
+            let strategy = ExponentialBackoff::from_millis(10)
+                .factor(1)
+                .max_delay_millis(100)
+                .map(jitter)
+                .take(3);
+            poll_once(tokio_retry2::Retry::spawn(strategy, || async {
+                get_user(black_box(7)).await.map_transient_err()
+            }))
+        })
     });
     group.finish();
 }
