@@ -468,6 +468,8 @@ pub(crate) fn unknown(
         format!(
             "`{key}`: a retry chain is always bounded, by attempts (`max`) and by time (`max_elapsed`); an unbounded retry turns an outage into a self-inflicted denial of service"
         )
+    } else if key == "clock" {
+        "`clock` picks the clock a rate limit reads, and that is set where the limiter is configured, not at a call site\n  = note: the same fn runs in tests, where tokio's paused clock must drive the limit, and in production, where the CPU's counter makes an admission cheaper: the choice belongs to the build, not to one call's code\n  = help: write `clock = \"tsc\"` in the limiter's `[limits.<name>]` section of the config file, or give `RegistryBuilder::limit` a `LimitConfig::with_clock`".to_owned()
     } else if other_keys.contains(&key) {
         let other = if attribute == "retry" {
             "circuit_breaker"
