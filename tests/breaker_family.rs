@@ -230,7 +230,7 @@ async fn an_async_trait_method_keys_its_breaker_by_its_receiver() {
     assert_eq!(family("replicas").keys(), ["replica-a", "replica-b"]);
 }
 
-// At the cap (#31): a family whose every member sees a steady background
+// At the cap: a family whose every member sees a steady background
 // error rate, below the trip threshold, still admits new keys, each with a
 // breaker of its own.
 

@@ -7,7 +7,7 @@ use heap_common::live_heap;
 use resilience::breaker::BreakerConfig;
 use resilience::registry::Registry;
 
-/// A named breaker within 512 bytes of heap (#31), its place in the
+/// A named breaker within 512 bytes of heap, its place in the
 /// registry's table included: 10,000 of them, each called from this
 /// thread only, with no failure yet.
 #[test]
