@@ -24,7 +24,7 @@ pin_project! {
         // Armed when the call is first pending: a call that completes at
         // once reads no clock and arms no timer.
         #[pin]
-        pub(super) cut: Option<Cut>,
+        pub(super) cut: Option<CutTimer>,
     }
 }
 
@@ -32,7 +32,7 @@ pin_project! {
     /// What cuts a pending call: the caller's deadline, the probe timeout
     /// of a probe or the call timeout of any other call, whichever comes
     /// first.
-    pub(super) struct Cut {
+    pub(super) struct CutTimer {
         #[pin]
         pub(super) sleep: Sleep,
         pub(super) by: CutBy,
@@ -55,7 +55,7 @@ impl CutBy {
     }
 }
 
-impl Cut {
+impl CutTimer {
     /// The cut of a call admitted as `admission`.
     pub(super) fn of(config: &BreakerConfig, admission: u64) -> Self {
         let probe = Admission::unpack(admission)
@@ -70,7 +70,7 @@ impl Cut {
             Some(deadline) if deadline <= end => (deadline, CutBy::Deadline),
             _ => (end, CutBy::Timeout(timeout)),
         };
-        Cut {
+        CutTimer {
             sleep: crate::clock::sleep_until(until),
             by,
         }
@@ -81,7 +81,7 @@ impl<Fut, T, E, W> Future for Call<'_, Fut, W>
 where
     Fut: Future<Output = Result<T, E>>,
     E: FromRuntimeError,
-    W: When<E>,
+    W: Classifier<E>,
 {
     type Output = Result<T, E>;
 
@@ -120,12 +120,12 @@ where
 #[inline(never)]
 pub(super) fn poll_cut<T, E: FromRuntimeError>(
     permit: &mut Permit<'_>,
-    mut cut: Pin<&mut Option<Cut>>,
+    mut cut: Pin<&mut Option<CutTimer>>,
     cx: &mut Context<'_>,
 ) -> Poll<Result<T, E>> {
     if cut.is_none() {
-        cut.set(Some(Cut::of(
-            &permit.breaker.inner.common.config,
+        cut.set(Some(CutTimer::of(
+            &permit.breaker.machine.setup.config,
             permit.admission,
         )));
     }

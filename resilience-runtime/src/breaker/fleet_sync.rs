@@ -24,10 +24,10 @@ use redis::aio::ConnectionManager;
 use tokio::runtime::Handle;
 use tokio::time::{Instant, sleep_until};
 
-use super::Inner;
+use super::Machine;
 use super::config::BUCKETS;
 use super::shared::{Link, script};
-use super::state::{CLOSED, HALF_OPEN, OPEN, Probes, Word};
+use super::state::{CLOSED, HALF_OPEN, OPEN, Probes, StateWord};
 use super::sync::Ordering::*;
 use crate::clock::duration_nanos;
 use crate::striped::window::Counts;
@@ -35,23 +35,23 @@ use crate::striped::window::Counts;
 /// How long the fleet's state outlives its last opening: a day.
 const STATE_TTL: Duration = Duration::from_secs(24 * 3600);
 
-/// Starts the sync task of `inner` on `handle`, unless one runs.
-pub(in crate::breaker) fn start(inner: &Arc<Inner>, handle: &Handle) {
-    let Some(link) = inner.shared().map(|link| &**link) else {
+/// Starts the sync task of `machine` on `handle`, unless one runs.
+pub(in crate::breaker) fn start(machine: &Arc<Machine>, handle: &Handle) {
+    let Some(link) = machine.shared().map(|link| &**link) else {
         return;
     };
     if link.syncing.swap(true, AcqRel) {
         return;
     }
-    let guard = Syncing(Arc::downgrade(inner));
+    let guard = Syncing(Arc::downgrade(machine));
     // The counts so far, before the call that starts the task is counted.
-    let engine = Engine::new(inner.window.totals());
+    let engine = Engine::new(machine.window.totals());
     handle.spawn(run(guard, engine));
 }
 
 /// Held by the task; its drop (the task ends with its runtime, or its
 /// breaker was dropped) lets the next call start another.
-struct Syncing(Weak<Inner>);
+struct Syncing(Weak<Machine>);
 
 impl Drop for Syncing {
     fn drop(&mut self) {
@@ -67,19 +67,23 @@ impl Drop for Syncing {
 }
 
 async fn run(guard: Syncing, mut engine: Engine) {
-    let Some(link) = guard.0.upgrade().and_then(|inner| inner.shared().cloned()) else {
+    let Some(link) = guard
+        .0
+        .upgrade()
+        .and_then(|machine| machine.shared().cloned())
+    else {
         return;
     };
     loop {
         // Armed before the sync, so a transition during it wakes the next.
         let mut woken = pin!(link.wake.notified());
         woken.as_mut().enable();
-        let Some(inner) = guard.0.upgrade() else {
+        let Some(machine) = guard.0.upgrade() else {
             return;
         };
-        let next = engine.round(&inner, &link).await;
+        let next = engine.round(&machine, &link).await;
         // Not kept while waiting: a dropped breaker ends its task.
-        drop(inner);
+        drop(machine);
         let mut sleep = pin!(sleep_until(next));
         poll_fn(|cx| {
             if woken.as_mut().poll(cx).is_ready() || sleep.as_mut().poll(cx).is_ready() {
@@ -150,13 +154,14 @@ impl Engine {
     }
 
     /// One sync; returns when the next one is due.
-    async fn round(&mut self, inner: &Inner, link: &Link) -> Instant {
+    async fn round(&mut self, machine: &Machine, link: &Link) -> Instant {
         let started = Instant::now();
         let interval = link.interval();
         let mut next = started + interval;
-        let word = Word(inner.state.load(Acquire));
-        let totals = inner.window.totals();
-        let window = Duration::from_nanos(inner.common.bucket_width.saturating_mul(BUCKETS as u64));
+        let word = StateWord(machine.state.load(Acquire));
+        let totals = machine.window.totals();
+        let window =
+            Duration::from_nanos(machine.setup.bucket_width.saturating_mul(BUCKETS as u64));
         if started.saturating_duration_since(self.answered) > window {
             // Counts older than the window are no news to the fleet.
             self.sent = totals;
@@ -168,12 +173,12 @@ impl Engine {
         };
         let forced = word.forced();
         let opened = !forced && word.is_open() && self.published != Some(word.generation());
-        let (ok, ok_gen, mut release) = self.probe_report(inner, word);
+        let (ok, ok_gen, mut release) = self.probe_report(machine, word);
         if let (true, Some(grant)) = (release, self.grant) {
             // No more probes here from now on; unless one just started.
-            let probes = Probes(inner.probes.load(Acquire));
+            let probes = Probes(machine.probes.load(Acquire));
             link.set_grant(grant.local, u32::from(probes.successes()));
-            let probes = Probes(inner.probes.load(Acquire));
+            let probes = Probes(machine.probes.load(Acquire));
             if probes.generation() == grant.local && probes.in_flight() > 0 {
                 link.set_grant(grant.local, grant.taken);
                 release = false;
@@ -183,13 +188,13 @@ impl Engine {
             && word.kind() != CLOSED
             && self.grant.is_none()
             && (opened || self.published.is_some_and(|g| follows(word, g)));
-        let config = &inner.common.config;
+        let config = &machine.setup.config;
         let mut invocation = script::SYNC.key(&link.prefix);
         invocation
             .arg(delta.calls)
             .arg(delta.failures)
             .arg(delta.slow)
-            .arg((inner.common.bucket_width / 1_000_000).max(1))
+            .arg((machine.setup.bucket_width / 1_000_000).max(1))
             .arg(BUCKETS)
             .arg(config.min_requests())
             .arg(config.failure_ratio())
@@ -225,13 +230,13 @@ impl Engine {
                 taken,
             },
             Err(err) => {
-                self.alone(inner, link, &err);
+                self.alone(machine, link, &err);
                 return next;
             }
         };
         tracing::debug!(
             target: "resilience",
-            breaker = inner.common.labels.target(),
+            breaker = machine.setup.labels.target(),
             calls = reply.counts.calls,
             failures = reply.counts.failures,
             slow = reply.counts.slow,
@@ -252,14 +257,14 @@ impl Engine {
         if opened {
             self.published = Some(word.generation());
         }
-        self.follow(inner, link, word, reply);
+        self.follow(machine, link, word, reply);
         if !link.joined.swap(true, AcqRel) {
-            crate::breaker::report::breaker_shared_fallback(inner.common.labels, false);
+            crate::breaker::report::breaker_shared_fallback(machine.setup.labels, false);
             if self.warned {
                 tracing::warn!(
                     target: "resilience",
-                    service = inner.common.labels.service(),
-                    breaker = inner.common.labels.target(),
+                    service = machine.setup.labels.service(),
+                    breaker = machine.setup.labels.target(),
                     "Redis answers again: the shared circuit breaker follows its fleet again"
                 );
                 self.warned = false;
@@ -275,11 +280,11 @@ impl Engine {
     /// Probe successes to report, for which opening, and whether to give
     /// the unused tokens back (none in flight a probe timeout after they
     /// were taken: this replica has no traffic to probe with).
-    fn probe_report(&self, inner: &Inner, word: Word) -> (u32, i64, bool) {
+    fn probe_report(&self, machine: &Machine, word: StateWord) -> (u32, i64, bool) {
         let (Some(grant), Some(opening)) = (self.grant, self.fleet_gen) else {
             return (0, self.fleet_gen.unwrap_or(0), false);
         };
-        let probes = Probes(inner.probes.load(Acquire));
+        let probes = Probes(machine.probes.load(Acquire));
         let successes = if probes.generation() == grant.local {
             probes.successes()
         } else {
@@ -291,7 +296,7 @@ impl Engine {
             && idle
             && word.is_half_open()
             && word.generation() == grant.local
-            && grant.at.elapsed() >= inner.common.config.probe_timeout();
+            && grant.at.elapsed() >= machine.setup.config.probe_timeout();
         (ok, opening, release)
     }
 
@@ -309,27 +314,27 @@ impl Engine {
     }
 
     /// Redis did not answer: the breaker decides alone until it does.
-    fn alone(&mut self, inner: &Inner, link: &Link, err: &redis::RedisError) {
+    fn alone(&mut self, machine: &Machine, link: &Link, err: &redis::RedisError) {
         let was_joined = link.joined.swap(false, AcqRel);
         if !self.warned {
             tracing::warn!(
                 target: "resilience",
-                service = inner.common.labels.service(),
-                breaker = inner.common.labels.target(),
+                service = machine.setup.labels.service(),
+                breaker = machine.setup.labels.target(),
                 error = %err,
                 "Redis does not answer: the shared circuit breaker decides alone until it does"
             );
             self.warned = true;
         }
         if was_joined {
-            crate::breaker::report::breaker_shared_fallback(inner.common.labels, true);
+            crate::breaker::report::breaker_shared_fallback(machine.setup.labels, true);
         }
     }
 
     /// Moves the local breaker, last seen as `word`, to the fleet's state.
     /// A transition from `word` fails when the breaker moved meanwhile;
     /// the next sync looks again.
-    fn follow(&mut self, inner: &Inner, link: &Link, word: Word, reply: Reply) {
+    fn follow(&mut self, machine: &Machine, link: &Link, word: StateWord, reply: Reply) {
         let new_episode = self.fleet_gen != Some(reply.opening);
         if new_episode {
             self.fleet_gen = Some(reply.opening);
@@ -340,7 +345,7 @@ impl Engine {
         }
         if reply.closed {
             if word.kind() != CLOSED {
-                inner.follow(word, CLOSED, None);
+                machine.follow(word, CLOSED, None);
             }
             self.published = None;
             self.grant = None;
@@ -352,14 +357,14 @@ impl Engine {
             let left = duration_nanos(Duration::from_millis(reply.open_ms as u64));
             match word.kind() {
                 OPEN => {
-                    inner.follow(word, OPEN, Some(left));
+                    machine.follow(word, OPEN, Some(left));
                     self.published = Some(word.generation());
                 }
                 // Half-open a few milliseconds before the fleet's cooldown
                 // ends (the clocks differ): the next sync takes the tokens.
                 HALF_OPEN if ours && !new_episode => {}
                 _ => {
-                    if inner.follow(word, OPEN, Some(left)) {
+                    if machine.follow(word, OPEN, Some(left)) {
                         self.published = Some(word.generation().wrapping_add(1));
                     }
                 }
@@ -373,11 +378,11 @@ impl Engine {
             }
             word
         } else {
-            if !inner.follow(word, HALF_OPEN, None) {
+            if !machine.follow(word, HALF_OPEN, None) {
                 return;
             }
             self.published = Some(word.generation());
-            Word(inner.state.load(Acquire))
+            StateWord(machine.state.load(Acquire))
         };
         if reply.taken > 0 && current.is_half_open() {
             link.set_grant(current.generation(), reply.taken);
@@ -394,7 +399,7 @@ impl Engine {
 
 /// `word` is the open state of local generation `open`, or the half-open
 /// state that followed it.
-fn follows(word: Word, open: u32) -> bool {
+fn follows(word: StateWord, open: u32) -> bool {
     (word.is_open() && word.generation() == open)
         || (word.is_half_open() && word.generation() == open.wrapping_add(1))
 }

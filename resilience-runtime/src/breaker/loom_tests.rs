@@ -6,7 +6,7 @@
 use loom::sync::atomic::{AtomicUsize, Ordering};
 use loom::thread;
 
-use super::state::{HALF_OPEN, OPEN, Word};
+use super::state::{HALF_OPEN, OPEN, StateWord};
 use super::sync::Arc;
 use super::*;
 
@@ -19,10 +19,10 @@ fn half_open(probes: u32) -> CircuitBreaker {
             .with_half_open(probes),
         1,
     );
-    let closed = Word(b.inner.state.load(Acquire));
-    assert!(b.inner.transition(closed, OPEN, false, 0));
-    let open = Word(b.inner.state.load(Acquire));
-    assert!(b.inner.transition(open, HALF_OPEN, false, u64::MAX));
+    let closed = StateWord(b.machine.state.load(Acquire));
+    assert!(b.machine.transition(closed, OPEN, false, 0));
+    let open = StateWord(b.machine.state.load(Acquire));
+    assert!(b.machine.transition(open, HALF_OPEN, false, u64::MAX));
     b
 }
 
@@ -97,7 +97,7 @@ fn concurrent_probe_outcomes_lose_no_transition() {
         // first (late probe outcomes ignored). Either way the final state
         // is the result of the last transition, and each transition was
         // reported once.
-        let word = Word(b.inner.state.load(Acquire));
+        let word = StateWord(b.machine.state.load(Acquire));
         let transitions = word.generation() - 2;
         assert_eq!(changes.load(Ordering::SeqCst) as u32, transitions);
         assert!(matches!(b.state(), State::Closed | State::Open));

@@ -8,17 +8,20 @@ use super::config::{BreakerConfig, Window};
 use super::hooks::{FamilyWide, Hook, Hooks};
 #[cfg(all(feature = "breaker-redis", not(loom)))]
 use super::shared;
-use super::state::{CLOSED, HALF_OPEN, OPEN, Probes, Word, later};
+use super::state::{CLOSED, HALF_OPEN, OPEN, Probes, StateWord, later};
 use super::{Fleet, report};
 use crate::clock::duration_nanos;
 use crate::striped::sync::{Arc, AtomicU64, OnceBox, Ordering::*};
 use crate::striped::window::{Counts, LastCalls, SlidingWindow};
 use crate::telemetry::Labels;
 
+/// One breaker's state machine: its state word, cooldown, probes and
+/// window, behind every handle to it.
+///
 /// `repr(C)`: the state word first and the window last, whose home
 /// thread's counter ends it (see [`SlidingWindow`]).
 #[repr(C)]
-pub(super) struct Inner {
+pub(super) struct Machine {
     /// Read by every call; see [`state`] for the layout. Not on a cache
     /// line of its own: no call writes the lines around it (the window's
     /// home counter is three lines on, the other threads count on the
@@ -26,7 +29,7 @@ pub(super) struct Inner {
     pub(super) state: AtomicU64,
     /// What does not change with calls: a named breaker's own, shared by
     /// the members of a [`BreakerFamily`](super::BreakerFamily).
-    pub(super) common: Arc<Common>,
+    pub(super) setup: Arc<Setup>,
     /// The key of a family member, `None` for a breaker of no family.
     pub(super) key: Option<Box<str>>,
     /// Nanoseconds since `origin` at which the cooldown ends.
@@ -34,14 +37,14 @@ pub(super) struct Inner {
     pub(super) probes: AtomicU64,
     /// The breaker's own hooks, a count window's log and a shared
     /// breaker's link, allocated when there are some.
-    more: OnceBox<More>,
+    extras: OnceBox<Extras>,
     pub(super) window: SlidingWindow,
 }
 
 /// What a breaker has that does not change with its calls: a named
 /// breaker's alone, one for all the members of a family (a member is then
 /// the per-call state, its key and the allocations its window makes).
-pub(super) struct Common {
+pub(super) struct Setup {
     /// `service` and `target` (the name) of its metrics.
     pub(super) labels: Labels,
     pub(super) config: BreakerConfig,
@@ -57,14 +60,14 @@ pub(super) struct Common {
     pub(super) family: Option<Box<FamilyWide>>,
 }
 
-impl Common {
+impl Setup {
     pub(super) fn new(
         labels: Labels,
         config: BreakerConfig,
         family: Option<Box<FamilyWide>>,
-    ) -> Common {
+    ) -> Setup {
         let origin = Instant::now();
-        Common {
+        Setup {
             labels,
             config,
             bucket_width: config.bucket_width(),
@@ -75,9 +78,10 @@ impl Common {
     }
 }
 
-/// Rarely there: a breaker's own hooks, a count window's log, what a
-/// shared breaker shares with its sync task.
-struct More {
+/// What few breakers have, allocated when one does: a breaker's own
+/// hooks, a count window's log, what a shared breaker shares with its sync
+/// task.
+struct Extras {
     hooks: Hooks,
     /// The failures of a count window by call number; `None` for a time
     /// window.
@@ -86,9 +90,9 @@ struct More {
     shared: Option<Arc<shared::Link>>,
 }
 
-impl More {
-    fn empty() -> More {
-        More {
+impl Extras {
+    fn empty() -> Extras {
+        Extras {
             hooks: Hooks::new(),
             last_calls: None,
             #[cfg(all(feature = "breaker-redis", not(loom)))]
@@ -106,39 +110,39 @@ impl More {
     }
 }
 
-impl Inner {
+impl Machine {
     /// A closed breaker with an empty window, driven by no ticker yet:
     /// its first call looks for one.
-    pub(super) fn new(common: Arc<Common>, key: Option<Box<str>>) -> Inner {
-        Inner::with_window(common, key, SlidingWindow::new())
+    pub(super) fn new(setup: Arc<Setup>, key: Option<Box<str>>) -> Machine {
+        Machine::with_window(setup, key, SlidingWindow::new())
     }
 
     /// [`new`](Self::new) with the window `window`.
     pub(super) fn with_window(
-        common: Arc<Common>,
+        setup: Arc<Setup>,
         key: Option<Box<str>>,
         window: SlidingWindow,
-    ) -> Inner {
-        let mut more = More::empty();
-        if let Window::Count(n) = common.config.window() {
-            more.last_calls = Some(LastCalls::new(n));
+    ) -> Machine {
+        let mut extras = Extras::empty();
+        if let Window::Count(n) = setup.config.window() {
+            extras.last_calls = Some(LastCalls::new(n));
         }
         #[cfg(all(feature = "breaker-redis", not(loom)))]
         {
-            more.shared = common
+            extras.shared = setup
                 .config
                 .sharing()
-                .map(|sharing| Arc::new(shared::Link::new(sharing, common.labels)));
+                .map(|sharing| Arc::new(shared::Link::new(sharing, setup.labels)));
         }
-        Inner {
-            state: AtomicU64::new(Word::INITIAL.0),
-            common,
+        Machine {
+            state: AtomicU64::new(StateWord::INITIAL.0),
+            setup,
             key,
             open_until: AtomicU64::new(0),
             probes: AtomicU64::new(0),
             window,
-            more: match more.needed() {
-                true => OnceBox::with_value(Box::new(more)),
+            extras: match extras.needed() {
+                true => OnceBox::with_value(Box::new(extras)),
                 false => OnceBox::new(),
             },
         }
@@ -147,18 +151,18 @@ impl Inner {
     /// What a shared breaker shares with its sync task.
     #[cfg(all(feature = "breaker-redis", not(loom)))]
     pub(super) fn shared(&self) -> Option<&Arc<shared::Link>> {
-        self.more.get()?.shared.as_ref()
+        self.extras.get()?.shared.as_ref()
     }
 
     /// A count window's log of failures; `None` for a time window.
     fn last_calls(&self) -> Option<&LastCalls> {
-        self.more.get()?.last_calls.as_ref()
+        self.extras.get()?.last_calls.as_ref()
     }
 
     /// Adds a hook for this breaker alone.
     pub(super) fn on_state_change(&self, hook: Hook) {
-        self.more
-            .get_or_init(|| Box::new(More::empty()))
+        self.extras
+            .get_or_init(|| Box::new(Extras::empty()))
             .hooks
             .add(hook);
     }
@@ -175,19 +179,19 @@ impl Inner {
     /// transition.
     #[inline(always)]
     pub(super) fn generation(&self) -> u32 {
-        Word(self.state.load(Acquire)).generation()
+        StateWord(self.state.load(Acquire)).generation()
     }
 
     /// Nanoseconds on tokio's clock since the breaker was created.
     pub(super) fn now(&self) -> u64 {
-        duration_nanos(Instant::now().saturating_duration_since(self.common.origin))
+        duration_nanos(Instant::now().saturating_duration_since(self.setup.origin))
     }
 
     /// Moves a time window to the bucket of `now` (a count window keeps
     /// its calls in `last_calls`, and has no buckets to move).
     pub(super) fn rotate(&self, now: u64, totals: Counts) {
-        if let Window::Time(_) = self.common.config.window() {
-            self.window.rotate(now / self.common.bucket_width, totals);
+        if let Window::Time(_) = self.setup.config.window() {
+            self.window.rotate(now / self.setup.bucket_width, totals);
         }
     }
 
@@ -197,12 +201,12 @@ impl Inner {
         // The stripes are summed only for a rotation: most calls that read
         // the clock find the bucket unchanged, and summing reads the cache
         // line of every other thread that counts.
-        if let Window::Time(_) = self.common.config.window()
-            && now / self.common.bucket_width > self.window.epoch()
+        if let Window::Time(_) = self.setup.config.window()
+            && now / self.setup.bucket_width > self.window.epoch()
         {
             self.rotate(now, self.window.totals());
         }
-        let word = Word(self.state.load(Acquire));
+        let word = StateWord(self.state.load(Acquire));
         if word.cooling_down() && now >= self.open_until.load(Acquire) {
             self.transition(word, HALF_OPEN, false, now);
         }
@@ -213,11 +217,11 @@ impl Inner {
     /// call of an earlier period counts for nothing.
     #[cold]
     pub(super) fn record_closed(&self, generation: u32, failed: bool, slow: bool) {
-        let word = Word(self.state.load(Acquire));
+        let word = StateWord(self.state.load(Acquire));
         if word.generation() != generation {
             return;
         }
-        let counts = match self.common.config.window() {
+        let counts = match self.setup.config.window() {
             Window::Time(_) => {
                 // Calls before this one belong to the buckets they were
                 // made in.
@@ -260,7 +264,7 @@ impl Inner {
     }
 
     fn should_trip(&self, counts: Counts) -> bool {
-        let config = &self.common.config;
+        let config = &self.setup.config;
         if counts.calls < u64::from(config.min_requests()) {
             return false;
         }
@@ -308,18 +312,18 @@ impl Inner {
     fn probe_limit(&self, generation: u32) -> u32 {
         #[cfg(all(feature = "breaker-redis", not(loom)))]
         if let Some(link) = self.shared() {
-            return link.probe_limit(generation, self.common.config.half_open());
+            return link.probe_limit(generation, self.setup.config.half_open());
         }
         let _ = generation;
-        self.common.config.half_open()
+        self.setup.config.half_open()
     }
 
     /// Frees a probe's slot; `Some(success)` when it completed, `None` when
     /// it was cancelled. Probes of an earlier half-open period are ignored.
     pub(super) fn settle_probe(&self, generation: u32, success: Option<bool>) {
-        let half_open = |word: Word| word.is_half_open() && word.generation() == generation;
+        let half_open = |word: StateWord| word.is_half_open() && word.generation() == generation;
         if let Some(succeeded) = success
-            && half_open(Word(self.state.load(Acquire)))
+            && half_open(StateWord(self.state.load(Acquire)))
         {
             // The half-open period's own counts, for the snapshot.
             self.window.add(!succeeded, false);
@@ -330,7 +334,7 @@ impl Inner {
         if success == Some(false) {
             // Open before the slot is freed, so that no call takes the slot
             // of a failed probe while still half-open.
-            let word = Word(self.state.load(Acquire));
+            let word = StateWord(self.state.load(Acquire));
             if half_open(word) {
                 self.transition(word, OPEN, false, self.now());
             }
@@ -350,10 +354,10 @@ impl Inner {
                 Err(actual) => current = Probes(actual),
             }
         };
-        let word = Word(self.state.load(Acquire));
+        let word = StateWord(self.state.load(Acquire));
         if success == Some(true)
             && half_open(word)
-            && u32::from(after.successes()) >= self.common.config.half_open()
+            && u32::from(after.successes()) >= self.setup.config.half_open()
         {
             self.transition(word, CLOSED, false, 0);
         }
@@ -362,18 +366,18 @@ impl Inner {
     /// Operator transitions: from whatever state the breaker is in.
     pub(super) fn transition_any(&self, to: u64, forced: bool) {
         let now = self.now();
-        while !self.transition(Word(self.state.load(Acquire)), to, forced, now) {}
+        while !self.transition(StateWord(self.state.load(Acquire)), to, forced, now) {}
     }
 
     /// The one place where the breaker changes state: from the generation
     /// of `from` only (a late outcome of an earlier state must not move the
     /// breaker), to `to`, then the WARN and the hooks. Returns whether this
     /// call made the change.
-    pub(super) fn transition(&self, from: Word, to: u64, forced: bool, now: u64) -> bool {
+    pub(super) fn transition(&self, from: StateWord, to: u64, forced: bool, now: u64) -> bool {
         let until = if forced {
             u64::MAX
         } else {
-            now.saturating_add(duration_nanos(self.common.config.cooldown()))
+            now.saturating_add(duration_nanos(self.setup.config.cooldown()))
         };
         self.transition_until(from, to, forced, until)
     }
@@ -383,11 +387,11 @@ impl Inner {
     /// moved to the fleet's), half-open or closed. Returns whether it
     /// changed.
     #[cfg(all(feature = "breaker-redis", not(loom)))]
-    pub(super) fn follow(&self, from: Word, to: u64, open_for: Option<u64>) -> bool {
+    pub(super) fn follow(&self, from: StateWord, to: u64, open_for: Option<u64>) -> bool {
         let now = self.now();
         let until = now.saturating_add(open_for.unwrap_or(0));
         if to == OPEN && from.is_open() {
-            if Word(self.state.load(Acquire)) == from {
+            if StateWord(self.state.load(Acquire)) == from {
                 self.open_until.store(until, Release);
             }
             return false;
@@ -396,8 +400,8 @@ impl Inner {
     }
 
     /// [`transition`](Self::transition), opening until `until`.
-    fn transition_until(&self, from: Word, to: u64, forced: bool, until: u64) -> bool {
-        if Word(self.state.load(Acquire)).generation() != from.generation() {
+    fn transition_until(&self, from: StateWord, to: u64, forced: bool, until: u64) -> bool {
+        if StateWord(self.state.load(Acquire)).generation() != from.generation() {
             return false;
         }
         // Set up the new state before it becomes visible. Half-open and
@@ -410,7 +414,7 @@ impl Inner {
         }
         let mut current = self.state.load(Acquire);
         let before = loop {
-            let word = Word(current);
+            let word = StateWord(current);
             if word.generation() != from.generation() {
                 return false;
             }
@@ -423,38 +427,41 @@ impl Inner {
                 Err(actual) => current = actual,
             }
         };
-        let (from_state, to_state) = (before.state(), Word(to).state());
+        let (from_state, to_state) = (before.state(), StateWord(to).state());
         #[cfg(all(feature = "breaker-redis", not(loom)))]
         if let Some(link) = self.shared() {
             link.wake();
         }
-        let common = &*self.common;
-        let family = common.family.as_deref();
+        let setup = &*self.setup;
+        let family = setup.family.as_deref();
         match (&self.key, family) {
             (Some(key), Some(family)) => {
-                family.transition(common.labels, key, from_state, to_state, forced)
+                family.transition(setup.labels, key, from_state, to_state, forced)
             }
-            _ => report::breaker_transition(common.labels, from_state, to_state, forced),
+            _ => report::breaker_transition(setup.labels, from_state, to_state, forced),
         }
         if from_state != to_state {
-            let name = common.labels.target();
+            let name = setup.labels.target();
             if let Some(family) = family {
                 family.hooks.run(name, from_state, to_state);
             }
-            if let Some(more) = self.more.get() {
-                more.hooks.run(name, from_state, to_state);
+            if let Some(extras) = self.extras.get() {
+                extras.hooks.run(name, from_state, to_state);
             }
         }
         true
     }
 }
 
-impl Drop for Inner {
+impl Drop for Machine {
     fn drop(&mut self) {
         // A member dropped open (evicted members are closed, but a caller
         // may have kept a handle to one) leaves its family's tally.
-        if let (Some(_), Some(family)) = (&self.key, self.common.family.as_deref()) {
-            family.forget(self.common.labels, Word(self.state.load(Acquire)).state());
+        if let (Some(_), Some(family)) = (&self.key, self.setup.family.as_deref()) {
+            family.forget(
+                self.setup.labels,
+                StateWord(self.state.load(Acquire)).state(),
+            );
         }
     }
 }

@@ -3,9 +3,9 @@
 // The internals, by role:
 // - mod.rs: the handle (`CircuitBreaker`: admission, `call`, the
 //   operator's methods, snapshots);
-// - machine.rs: the state machine (`Inner`: transitions, trips, half-open
+// - machine.rs: the state machine (`Machine`: transitions, trips, half-open
 //   admission, the cooldown, the window, the hooks);
-// - state.rs: the state word's bit layout, behind `Word`;
+// - state.rs: the state word's bit layout, behind `StateWord`;
 // - permit.rs: one admitted call and the settling of its outcome;
 // - cut.rs: a pending call cut by its timeout or the caller's deadline;
 // - ticked.rs: what the tickers of `crate::striped` do to a breaker;
@@ -48,13 +48,13 @@ pub use family::{BreakerFamily, FamilyConfig, FamilyKey, MAX_MEMBERS};
 pub use permit::Permit;
 pub use state::State;
 
-use self::machine::{Common, Inner};
-use self::state::{CLOSED, HALF_OPEN, OPEN, Probes, Word};
+use self::machine::{Machine, Setup};
+use self::state::{CLOSED, HALF_OPEN, OPEN, Probes, StateWord};
 use self::sync::{Arc, Ordering::*};
 use crate::clock::duration_nanos;
 use crate::deadline;
 use crate::error::{ConfigError, DependencyDown, Error};
-use crate::retry::{ByClassify, Classify, FromRuntimeError, Outcome, When};
+use crate::retry::{ByClassify, Classifier, Classify, FromRuntimeError, Outcome};
 use crate::telemetry::Labels;
 
 /// Whether a shared breaker follows its fleet right now, from
@@ -128,7 +128,7 @@ impl Fleet {
 /// ```
 #[derive(Clone)]
 pub struct CircuitBreaker {
-    inner: Arc<Inner>,
+    machine: Arc<Machine>,
 }
 
 /// How a call was let through, stamped with the generation of the state
@@ -175,7 +175,7 @@ impl Admission {
 /// What became of a call; every one passes through
 /// [`CircuitBreaker::on_outcome`].
 #[derive(Debug, Clone, Copy)]
-enum Fate {
+enum CallOutcome {
     /// The call completed: `failed` when its error was classified as the
     /// dependency's fault, `slow` when the slow-call rule applies.
     Done {
@@ -213,9 +213,9 @@ impl CircuitBreaker {
 
     fn labelled(labels: Labels, config: BreakerConfig) -> Self {
         report::breaker_created(labels, State::Closed);
-        let common = Arc::new(Common::new(labels, config, None));
+        let setup = Arc::new(Setup::new(labels, config, None));
         CircuitBreaker {
-            inner: Arc::new(Inner::new(common, None)),
+            machine: Arc::new(Machine::new(setup, None)),
         }
     }
 
@@ -223,41 +223,41 @@ impl CircuitBreaker {
     /// shared stripe, for the model checks.
     #[cfg(loom)]
     fn with_stripes(labels: Labels, config: BreakerConfig, owned: usize) -> Self {
-        let common = Arc::new(Common::new(labels, config, None));
+        let setup = Arc::new(Setup::new(labels, config, None));
         let window = crate::striped::window::SlidingWindow::with_owned(owned);
         CircuitBreaker {
-            inner: Arc::new(Inner::with_window(common, None, window)),
+            machine: Arc::new(Machine::with_window(setup, None, window)),
         }
     }
 
-    /// A member of the family `common` belongs to, keyed `key`; its gauge
+    /// A member of the family `setup` belongs to, keyed `key`; its gauge
     /// is the family's.
-    fn member(common: Arc<Common>, key: &str) -> Self {
+    fn member(setup: Arc<Setup>, key: &str) -> Self {
         CircuitBreaker {
-            inner: Arc::new(Inner::new(common, Some(key.into()))),
+            machine: Arc::new(Machine::new(setup, Some(key.into()))),
         }
     }
 
     /// The breaker's name; a [`BreakerFamily`] member's is its family's.
     pub fn name(&self) -> &'static str {
-        self.inner.common.labels.target()
+        self.machine.setup.labels.target()
     }
 
     /// The key of a [`BreakerFamily`] member, `None` for a breaker of no
     /// family.
     pub fn key(&self) -> Option<&str> {
-        self.inner.key.as_deref()
+        self.machine.key.as_deref()
     }
 
     /// The configuration the breaker runs with (fixed at creation).
     pub fn config(&self) -> &BreakerConfig {
-        &self.inner.common.config
+        &self.machine.setup.config
     }
 
     /// The current state. An open breaker whose cooldown is over reads
     /// `Open` until the next call or tick moves it to half-open.
     pub fn state(&self) -> State {
-        Word(self.inner.state.load(Acquire)).state()
+        StateWord(self.machine.state.load(Acquire)).state()
     }
 
     /// Runs `fut` as one logical call, or rejects it at once when the
@@ -289,7 +289,7 @@ impl CircuitBreaker {
     where
         Fut: Future<Output = Result<T, E>>,
         E: FromRuntimeError,
-        W: When<E>,
+        W: Classifier<E>,
     {
         Call {
             permit: Permit {
@@ -329,7 +329,7 @@ impl CircuitBreaker {
 
     #[inline(always)]
     fn admit(&self) -> Result<Admission, DependencyDown> {
-        let word = Word(self.inner.state.load(Acquire));
+        let word = StateWord(self.machine.state.load(Acquire));
         if word.is_fast() {
             return Ok(Admission::Closed(word.generation()));
         }
@@ -341,24 +341,24 @@ impl CircuitBreaker {
 
     #[cold]
     fn admit_slow(&self) -> Result<Admission, DependencyDown> {
-        let inner = &*self.inner;
-        let word = Word(inner.state.load(Acquire));
+        let machine = &*self.machine;
+        let word = StateWord(machine.state.load(Acquire));
         if word.wants_runtime_ticker() {
             self.start_ticker();
         }
         if word.needs_clock() {
-            inner.maintain(inner.now());
+            machine.maintain(machine.now());
         }
         loop {
-            let word = Word(inner.state.load(Acquire));
+            let word = StateWord(machine.state.load(Acquire));
             let generation = word.generation();
             return match word.kind() {
                 CLOSED => Ok(Admission::Closed(generation)),
-                HALF_OPEN if inner.try_probe(generation) => {
-                    if Word(inner.state.load(Acquire)).generation() != generation {
+                HALF_OPEN if machine.try_probe(generation) => {
+                    if StateWord(machine.state.load(Acquire)).generation() != generation {
                         // That half-open period ended while we took its slot:
                         // give it back and look again.
-                        inner.settle_probe(generation, None);
+                        machine.settle_probe(generation, None);
                         continue;
                     }
                     Ok(Admission::Probe(generation))
@@ -369,48 +369,50 @@ impl CircuitBreaker {
     }
 
     #[inline]
-    fn reject(&self, word: Word) -> DependencyDown {
-        self.on_outcome(Fate::Rejected);
-        let down = DependencyDown::new(self.inner.common.labels.target(), word.rejection());
+    fn reject(&self, word: StateWord) -> DependencyDown {
+        self.on_outcome(CallOutcome::Rejected);
+        let down = DependencyDown::new(self.machine.setup.labels.target(), word.rejection());
         if word.cooling_down() {
             // The end of the cooldown, for `DependencyDown::retry_after`:
             // a load and an add, no clock read.
-            let until = self.inner.open_until.load(Acquire);
+            let until = self.machine.open_until.load(Acquire);
             let until = i64::try_from(until).unwrap_or(i64::MAX);
             return down
-                .reopening_from_epoch(self.inner.common.origin_from_epoch.saturating_add(until));
+                .reopening_from_epoch(self.machine.setup.origin_from_epoch.saturating_add(until));
         }
         down
     }
 
     /// Every outcome of every call passes here, rejections included.
     #[inline(always)]
-    fn on_outcome(&self, outcome: Fate) {
+    fn on_outcome(&self, outcome: CallOutcome) {
         match outcome {
-            Fate::Done {
+            CallOutcome::Done {
                 admission: Admission::Closed(generation),
                 failed: false,
                 slow: false,
             } => {
-                if self.inner.generation() == generation {
-                    self.inner.window.add_success();
+                if self.machine.generation() == generation {
+                    self.machine.window.add_success();
                 }
             }
-            Fate::Done {
+            CallOutcome::Done {
                 admission: Admission::Closed(generation),
                 failed,
                 slow,
             } => self.record_closed(generation, failed, slow),
-            Fate::Done {
+            CallOutcome::Done {
                 admission: Admission::Probe(generation),
                 failed,
                 slow,
-            } => self.inner.settle_probe(generation, Some(!failed && !slow)),
-            Fate::Cancelled(Admission::Probe(generation)) => {
-                self.inner.settle_probe(generation, None)
+            } => self
+                .machine
+                .settle_probe(generation, Some(!failed && !slow)),
+            CallOutcome::Cancelled(Admission::Probe(generation)) => {
+                self.machine.settle_probe(generation, None)
             }
-            Fate::Rejected => report::breaker_rejected(self.inner.common.labels),
-            Fate::Cancelled(Admission::Closed(_)) => {}
+            CallOutcome::Rejected => report::breaker_rejected(self.machine.setup.labels),
+            CallOutcome::Cancelled(Admission::Closed(_)) => {}
         }
     }
 
@@ -419,10 +421,10 @@ impl CircuitBreaker {
     /// that runtime's ticker first: its clock may be paused.
     #[cold]
     fn record_closed(&self, generation: u32, failed: bool, slow: bool) {
-        if Word(self.inner.state.load(Acquire)).on_thread() {
+        if StateWord(self.machine.state.load(Acquire)).on_thread() {
             self.start_ticker();
         }
-        self.inner.record_closed(generation, failed, slow);
+        self.machine.record_closed(generation, failed, slow);
     }
 
     /// Finds the breaker a ticker: the current runtime's, or outside any
@@ -431,29 +433,29 @@ impl CircuitBreaker {
     /// (`THREAD`), which hands it to a runtime when there is one.
     #[cfg(not(loom))]
     fn start_ticker(&self) {
-        let state = &self.inner.state;
+        let state = &self.machine.state;
         let Ok(handle) = tokio::runtime::Handle::try_current() else {
-            if !Word(state.load(Acquire)).unticked() {
+            if !StateWord(state.load(Acquire)).unticked() {
                 return;
             }
             // A shared breaker waits for a runtime: its sync task needs one.
             #[cfg(feature = "breaker-redis")]
-            if self.inner.shared().is_some() {
+            if self.machine.shared().is_some() {
                 return;
             }
             if thread_ticker::running()
-                && thread_ticker::claim(&*self.inner)
-                && !thread_ticker::register(Arc::downgrade(&self.inner) as _)
+                && thread_ticker::claim(&*self.machine)
+                && !thread_ticker::register(Arc::downgrade(&self.machine) as _)
             {
-                thread_ticker::unclaim(&*self.inner);
+                thread_ticker::unclaim(&*self.machine);
             }
             return;
         };
-        let before = Word(state.fetch_and(Word::RUNTIME_TICKER, AcqRel));
+        let before = StateWord(state.fetch_and(StateWord::RUNTIME_TICKER, AcqRel));
         if before.wants_runtime_ticker() {
-            ticker::register(&handle, Arc::downgrade(&self.inner) as _);
+            ticker::register(&handle, Arc::downgrade(&self.machine) as _);
             #[cfg(feature = "breaker-redis")]
-            fleet_sync::start(&self.inner, &handle);
+            fleet_sync::start(&self.machine, &handle);
         }
     }
 
@@ -467,43 +469,43 @@ impl CircuitBreaker {
     where
         F: Fn(&'static str, State, State) + Send + Sync + 'static,
     {
-        self.inner.on_state_change(Box::new(hook));
+        self.machine.on_state_change(Box::new(hook));
     }
 
     /// Opens the breaker until [`force_closed`](Self::force_closed) or
     /// [`reset`](Self::reset): every call is rejected, as `"forced open"`.
     pub fn force_open(&self) {
-        self.inner.transition_any(OPEN, true);
+        self.machine.transition_any(OPEN, true);
     }
 
     /// Disables the breaker until [`force_open`](Self::force_open) or
     /// [`reset`](Self::reset): every call goes through and is counted, but
     /// the breaker never trips.
     pub fn force_closed(&self) {
-        self.inner.transition_any(CLOSED, true);
+        self.machine.transition_any(CLOSED, true);
     }
 
     /// Back to closed with an empty window, whatever the state, forced or
     /// not.
     pub fn reset(&self) {
-        self.inner.transition_any(CLOSED, false);
+        self.machine.transition_any(CLOSED, false);
     }
 
     /// A consistent-enough picture of the breaker, for health endpoints
     /// and operators. Counters are read without stopping the calls in
     /// flight, so a busy breaker's figures may be off by those calls.
     pub fn snapshot(&self) -> Snapshot {
-        let inner = &*self.inner;
-        let now = inner.now();
-        inner.rotate(now, inner.window.totals());
-        let word = Word(inner.state.load(Acquire));
-        let counts = inner.counts();
-        let probes = Probes(inner.probes.load(Acquire));
+        let machine = &*self.machine;
+        let now = machine.now();
+        machine.rotate(now, machine.window.totals());
+        let word = StateWord(machine.state.load(Acquire));
+        let counts = machine.counts();
+        let probes = Probes(machine.probes.load(Acquire));
         let until_half_open = word
             .cooling_down()
-            .then(|| Duration::from_nanos(inner.open_until.load(Acquire).saturating_sub(now)));
+            .then(|| Duration::from_nanos(machine.open_until.load(Acquire).saturating_sub(now)));
         Snapshot {
-            name: inner.common.labels.target(),
+            name: machine.setup.labels.target(),
             state: word.state(),
             forced: word.forced(),
             calls: counts.calls,
@@ -520,20 +522,20 @@ impl CircuitBreaker {
             } else {
                 0
             },
-            fleet: inner.fleet(),
+            fleet: machine.fleet(),
         }
     }
 }
 
 impl fmt::Debug for CircuitBreaker {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let word = Word(self.inner.state.load(Relaxed));
+        let word = StateWord(self.machine.state.load(Relaxed));
         f.debug_struct("CircuitBreaker")
-            .field("name", &self.inner.common.labels.target())
+            .field("name", &self.machine.setup.labels.target())
             .field("key", &self.key())
             .field("state", &word.state())
             .field("forced", &word.forced())
-            .field("config", &self.inner.common.config)
+            .field("config", &self.machine.setup.config)
             .finish_non_exhaustive()
     }
 }

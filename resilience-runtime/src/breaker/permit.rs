@@ -1,7 +1,7 @@
 //! The permit: the right to make one call, and the settling of its
 //! outcome into the breaker's window and state.
 
-use super::cut::Cut;
+use super::cut::CutTimer;
 use super::*;
 
 /// The right to make one call through a breaker, from
@@ -75,8 +75,8 @@ impl Permit<'_> {
         match self.breaker.admit() {
             Ok(admission) => {
                 self.admission = admission.pack();
-                if self.breaker.inner.common.config.slow_call().is_some() {
-                    self.started = self.breaker.inner.now();
+                if self.breaker.machine.setup.config.slow_call().is_some() {
+                    self.started = self.breaker.machine.now();
                     self.admission |= TIMED;
                 }
                 Ok(())
@@ -114,13 +114,16 @@ impl Permit<'_> {
         E: FromRuntimeError,
     {
         let mut call = std::pin::pin!(call);
-        let mut cut: Option<Pin<Box<Cut>>> = None;
+        let mut cut: Option<Pin<Box<CutTimer>>> = None;
         std::future::poll_fn(|cx| {
             if let Poll::Ready(result) = call.as_mut().poll(cx) {
                 return Poll::Ready(result);
             }
             let armed = cut.get_or_insert_with(|| {
-                Box::pin(Cut::of(&self.breaker.inner.common.config, self.admission))
+                Box::pin(CutTimer::of(
+                    &self.breaker.machine.setup.config,
+                    self.admission,
+                ))
             });
             let by = armed.by;
             ready!(armed.as_mut().project().sleep.poll(cx));
@@ -133,7 +136,7 @@ impl Permit<'_> {
     pub(super) fn ignore_in_place(&mut self) {
         let packed = std::mem::replace(&mut self.admission, TAKEN);
         if let Some(admission) = Admission::unpack(packed) {
-            self.breaker.on_outcome(Fate::Cancelled(admission));
+            self.breaker.on_outcome(CallOutcome::Cancelled(admission));
         }
     }
 }
@@ -149,8 +152,8 @@ pub(super) fn settle(breaker: &CircuitBreaker, packed: u64, started: u64, failed
         // read; and an acquire load here, after the call's result is
         // written, would keep the optimizer from seeing through it (24
         // instructions per call through `CircuitBreaker::call`).
-        if Word(breaker.inner.state.load(Relaxed)).generation() == packed as u32 {
-            breaker.inner.window.add_success();
+        if StateWord(breaker.machine.state.load(Relaxed)).generation() == packed as u32 {
+            breaker.machine.window.add_success();
         }
         return;
     }
@@ -162,14 +165,14 @@ pub(super) fn settle_rest(breaker: &CircuitBreaker, packed: u64, started: u64, f
     let Some(admission) = Admission::unpack(packed) else {
         return;
     };
-    let inner = &*breaker.inner;
-    let slow = match inner.common.config.slow_call() {
+    let machine = &*breaker.machine;
+    let slow = match machine.setup.config.slow_call() {
         Some(rule) if packed & TIMED != 0 => {
-            inner.now().saturating_sub(started) >= duration_nanos(rule.threshold)
+            machine.now().saturating_sub(started) >= duration_nanos(rule.threshold)
         }
         _ => false,
     };
-    breaker.on_outcome(Fate::Done {
+    breaker.on_outcome(CallOutcome::Done {
         admission,
         failed,
         slow,
@@ -186,7 +189,7 @@ impl Drop for Permit<'_> {
             if std::thread::panicking() {
                 self.settle_in_place(true);
             } else {
-                self.breaker.on_outcome(Fate::Cancelled(admission));
+                self.breaker.on_outcome(CallOutcome::Cancelled(admission));
             }
         }
     }
@@ -195,7 +198,7 @@ impl Drop for Permit<'_> {
 impl fmt::Debug for Permit<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Permit")
-            .field("breaker", &self.breaker.inner.common.labels.target())
+            .field("breaker", &self.breaker.machine.setup.labels.target())
             .field("admission", &Admission::unpack(self.admission))
             .finish()
     }

@@ -84,15 +84,20 @@ const GEN_SHIFT: u32 = 32;
 
 /// A decoded state word.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Word(pub(crate) u64);
+pub(crate) struct StateWord(pub(crate) u64);
 
-impl Word {
+impl StateWord {
     /// A new breaker's word: closed, generation 0, driven by no ticker
     /// yet.
-    pub(crate) const INITIAL: Word = Word::new(CLOSED, false, 0, NO_TICKER);
+    pub(crate) const INITIAL: StateWord = StateWord::new(CLOSED, false, 0, NO_TICKER);
 
-    pub(crate) const fn new(kind: u64, forced: bool, generation: u32, clock_bits: u64) -> Word {
-        Word(
+    pub(crate) const fn new(
+        kind: u64,
+        forced: bool,
+        generation: u32,
+        clock_bits: u64,
+    ) -> StateWord {
+        StateWord(
             kind | if forced { FORCED } else { 0 }
                 | (clock_bits & TICKER_BITS)
                 | ((generation as u64) << GEN_SHIFT),
@@ -175,8 +180,8 @@ impl Word {
 
     /// The word after a transition to `kind`: the next generation, the
     /// clock bits unchanged.
-    pub(crate) const fn next(self, kind: u64, forced: bool) -> Word {
-        Word::new(kind, forced, self.generation().wrapping_add(1), self.0)
+    pub(crate) const fn next(self, kind: u64, forced: bool) -> StateWord {
+        StateWord::new(kind, forced, self.generation().wrapping_add(1), self.0)
     }
 
     /// The state string carried by a rejection.
@@ -233,13 +238,13 @@ mod tests {
 
     #[test]
     fn words_round_trip() {
-        let w = Word::new(OPEN, true, 7, PRECISE);
+        let w = StateWord::new(OPEN, true, 7, PRECISE);
         assert_eq!(w.state(), State::Open);
         assert!(w.forced() && w.needs_clock());
         assert_eq!(w.generation(), 7);
         assert_eq!(w.rejection(), "forced open");
         assert_eq!(
-            Word::new(OPEN, false, 1, THREAD).next(CLOSED, false).0 & THREAD,
+            StateWord::new(OPEN, false, 1, THREAD).next(CLOSED, false).0 & THREAD,
             THREAD
         );
         let n = w.next(CLOSED, false);
@@ -247,7 +252,7 @@ mod tests {
             (n.state(), n.generation(), n.0 & CLOCK_BITS),
             (State::Closed, 8, PRECISE)
         );
-        assert_eq!(Word::new(CLOSED, false, u32::MAX, 0).0 & FAST, 0);
+        assert_eq!(StateWord::new(CLOSED, false, u32::MAX, 0).0 & FAST, 0);
         let p = Probes::new(3, 2, 1);
         assert_eq!((p.generation(), p.successes(), p.in_flight()), (3, 2, 1));
         assert!(later(0, u32::MAX) && !later(5, 5) && later(6, 5));

@@ -424,7 +424,7 @@ fn without_a_runtime_the_ticker_thread_drives_it_and_it_still_works() {
     b.try_acquire().unwrap().success();
     // Claimed by the thread in that first call: from now on no call reads
     // the clock (`NO_TICKER` is what sent every call to read it).
-    let word = Word(b.inner.state.load(Ordering::Acquire));
+    let word = StateWord(b.machine.state.load(Ordering::Acquire));
     assert!(word.on_thread() && !word.unticked(), "{:#b}", word.0);
     b.try_acquire().unwrap().failure();
     assert_eq!(b.state(), State::Closed, "2 calls < min 3");
@@ -451,7 +451,7 @@ fn the_ticker_thread_ends_a_cooldown_and_lets_a_runtime_take_the_breaker_over() 
         .unwrap();
     paused.block_on(async {
         let mut driven = thread_ticker::Driven::default();
-        driven.adopt(vec![Arc::downgrade(&b.inner) as _]);
+        driven.adopt(vec![Arc::downgrade(&b.machine) as _]);
         let due = driven.tick(tokio::time::Instant::now()).unwrap();
         assert!(due <= tokio::time::Instant::now() + cooldown);
         // Nothing else runs on this runtime: no ticker task to let run.
@@ -463,7 +463,7 @@ fn the_ticker_thread_ends_a_cooldown_and_lets_a_runtime_take_the_breaker_over() 
         let calls = AtomicU32::new(0);
         assert!(succeed(&b, &calls).await.is_ok());
         assert_eq!(b.state(), State::Closed);
-        assert!(!Word(b.inner.state.load(Ordering::Acquire)).wants_runtime_ticker());
+        assert!(!StateWord(b.machine.state.load(Ordering::Acquire)).wants_runtime_ticker());
         driven.tick(tokio::time::Instant::now());
         assert_eq!(driven.len(), 0);
     });
@@ -476,7 +476,7 @@ fn the_ticker_thread_ends_a_cooldown_and_lets_a_runtime_take_the_breaker_over() 
 fn a_breaker_of_the_ticker_thread_follows_a_paused_runtime_it_fails_in() {
     let b = breaker(BreakerConfig::new().with_cooldown(Duration::from_secs(2)));
     b.try_acquire().unwrap().success();
-    assert!(Word(b.inner.state.load(Ordering::Acquire)).on_thread());
+    assert!(StateWord(b.machine.state.load(Ordering::Acquire)).on_thread());
     let paused = tokio::runtime::Builder::new_current_thread()
         .enable_time()
         .start_paused(true)
@@ -484,7 +484,7 @@ fn a_breaker_of_the_ticker_thread_follows_a_paused_runtime_it_fails_in() {
         .unwrap();
     paused.block_on(async {
         trip(&b).await;
-        assert!(!Word(b.inner.state.load(Ordering::Acquire)).on_thread());
+        assert!(!StateWord(b.machine.state.load(Ordering::Acquire)).on_thread());
         sleep(Duration::from_millis(2500)).await;
         assert_eq!(b.state(), State::HalfOpen, "2 s on the paused clock");
     });
@@ -569,19 +569,19 @@ fn a_breaker_outlives_the_runtime_of_its_ticker() {
     });
 }
 
-/// A breaker's heap is its `Arc` (two counts, then `Inner`) and what its
+/// A breaker's heap is its `Arc` (two counts, then `Machine`) and what its
 /// window allocates: at most 512 bytes while one thread calls it and no
 /// failure is in its bases, within 1 KiB once other threads count too (its
-/// stripes) and failures are in its bases. A field added to `Inner` can
+/// stripes) and failures are in its bases. A field added to `Machine` can
 /// break the first budget.
 #[test]
 fn a_breaker_takes_half_a_kib_of_heap_until_a_second_thread_counts() {
     use std::alloc::Layout;
     let counts = Layout::new::<[std::sync::atomic::AtomicUsize; 2]>();
-    let (arc, _) = counts.extend(Layout::new::<Inner>()).unwrap();
+    let (arc, _) = counts.extend(Layout::new::<Machine>()).unwrap();
     let arc = arc.pad_to_align().size();
     let b = breaker(BreakerConfig::new());
-    let window = &b.inner.window;
+    let window = &b.machine.window;
     window.add_success_at(0);
     window.clear();
     window.add_success_at(0);

@@ -3,39 +3,39 @@
 
 use tokio::time::Instant;
 
-use super::Inner;
+use super::Machine;
 use super::config::Window;
-use super::state::Word;
+use super::state::StateWord;
 use crate::striped::sync::{AtomicU64, Ordering::*};
 use crate::striped::ticker::{EARLY, Ticked};
 
-impl Ticked for Inner {
+impl Ticked for Machine {
     fn word(&self) -> &AtomicU64 {
         &self.state
     }
     fn origin(&self) -> Instant {
-        self.common.origin
+        self.setup.origin
     }
     fn maintain(&self, now: u64) {
-        Inner::maintain(self, now);
+        Machine::maintain(self, now);
     }
     fn next_event(&self, now: u64) -> u64 {
         self.next_breaker_event(now)
     }
 }
 
-impl Inner {
+impl Machine {
     /// When the ticker must next wake: the next bucket boundary, the end of
     /// the cooldown, and in any case before a cooldown that starts now
     /// could end.
     fn next_breaker_event(&self, now: u64) -> u64 {
-        let cooldown = crate::clock::duration_nanos(self.common.config.cooldown());
+        let cooldown = crate::clock::duration_nanos(self.setup.config.cooldown());
         let mut next = now.saturating_add((cooldown / 2).max(EARLY));
-        if let Window::Time(_) = self.common.config.window() {
+        if let Window::Time(_) = self.setup.config.window() {
             next = next
-                .min((now / self.common.bucket_width + 1).saturating_mul(self.common.bucket_width));
+                .min((now / self.setup.bucket_width + 1).saturating_mul(self.setup.bucket_width));
         }
-        let word = Word(self.state.load(Acquire));
+        let word = StateWord(self.state.load(Acquire));
         if word.cooling_down() {
             let until = self.open_until.load(Acquire);
             if until > now {

@@ -57,8 +57,8 @@ pub use crate::retry::chain::{Attempt, Chain, Named, Scope};
 // The retry core's types that the public `Retry`, `BlockingRetry` and
 // `CircuitBreaker::call_with` name in their type parameters and bounds:
 // nameable here, for the expansion, and not part of the documented API.
-pub use crate::retry::attempts::{Kept, NotKept, Slot};
-pub use crate::retry::executor::{ByClassify, KeepLast, Quiet, When};
+pub use crate::retry::attempts::{ErrorSlot, Kept, NotKept};
+pub use crate::retry::executor::{ByClassify, Classifier, KeepLast, NoNotify};
 pub use crate::telemetry::call::{CallScope, Entered};
 #[cfg(resilience_linked)]
 pub use linkme;

@@ -256,7 +256,7 @@ pub type SiteChain<W> = Chain<W, &'static Resolved, CallScope>;
 // The expansion of a `#[retry]` without `when` runs its attempts through
 // these, whose bounds name the error type's own traits: an error type
 // without `Classify` is then reported once, at the user's type, with the
-// trait's message, rather than a second time as `ByClassify: When<E>`.
+// trait's message, rather than a second time as `ByClassify: Classifier<E>`.
 impl SiteChain<ByClassify> {
     /// [`Chain::attempt`], classified by the error's [`Classify`] impl.
     #[inline]

@@ -33,25 +33,25 @@ impl Registry {
     ) -> &'static CircuitBreaker {
         {
             let shared = self.read();
-            if let Some(live) = shared.live.get(name)
+            if let Some(entry) = shared.breakers.get(name)
                 && match origin {
-                    Origin::Site(_) => live.first() == defaults,
+                    Origin::Site(_) => entry.first() == defaults,
                     Origin::Layer => true,
-                    Origin::Call => live.knows(&defaults),
+                    Origin::Call => entry.knows(&defaults),
                 }
             {
-                return live.breaker;
+                return entry.breaker;
             }
         }
         let mut shared = self.write();
-        if let Some(live) = shared.live.get(name)
+        if let Some(entry) = shared.breakers.get(name)
             && let Origin::Site(at) = origin
         {
-            let first = live.first();
+            let first = entry.first();
             if first != defaults && !shared.code_breakers.contains_key(name) {
                 // Only what would run differently is a conflict: the file
                 // may set the very settings in which the sites differ.
-                let in_force = *live.breaker.config();
+                let in_force = *entry.breaker.config();
                 let theirs = self.file.breaker(name, defaults);
                 if in_force != theirs {
                     site_conflict(
@@ -64,22 +64,22 @@ impl Registry {
                     );
                 }
             }
-            return live.breaker;
+            return entry.breaker;
         }
-        if let Some(live) = shared.live.get_mut(name) {
+        if let Some(entry) = shared.breakers.get_mut(name) {
             if matches!(origin, Origin::Layer) {
-                return live.breaker;
+                return entry.breaker;
             }
-            if !live.knows(&defaults) {
+            if !entry.knows(&defaults) {
                 tracing::warn!(
                     breaker = name,
-                    first = ?live.first(),
+                    first = ?entry.first(),
                     ignored = ?defaults,
                     "two call sites configure circuit breaker `{name}` differently; the first registration wins (move the setting to the config file to make it explicit)"
                 );
-                live.warned(defaults);
+                entry.warned(defaults);
             }
-            return live.breaker;
+            return entry.breaker;
         }
         // The attributes' configuration of the name wins over the values
         // of whichever caller comes first.
@@ -103,11 +103,11 @@ impl Registry {
             let hook = hook.clone();
             breaker.on_state_change(move |name, from, to| hook(name, from, to));
         }
-        let mut live = Live::new(breaker, first);
+        let mut entry = BreakerEntry::new(breaker, first);
         if first != defaults {
-            live.warned(defaults);
+            entry.warned(defaults);
         }
-        shared.live.insert(name, live);
+        shared.breakers.insert(name, entry);
         breaker
     }
 
@@ -192,31 +192,31 @@ impl Registry {
         defaults: FamilyConfig,
         origin: Origin,
     ) -> &'static BreakerFamily {
-        if let Some(live) = self.read().families.get(name)
-            && (live.first == defaults || !matches!(origin, Origin::Site(_)))
+        if let Some(entry) = self.read().families.get(name)
+            && (entry.first == defaults || !matches!(origin, Origin::Site(_)))
         {
-            return live.family;
+            return entry.family;
         }
         let mut shared = self.write();
-        if let Some(live) = shared.families.get(name) {
+        if let Some(entry) = shared.families.get(name) {
             if let Origin::Site(at) = origin
-                && live.first != defaults
+                && entry.first != defaults
                 && !shared.code_families.contains_key(name)
             {
-                let in_force = *live.family.config();
+                let in_force = *entry.family.config();
                 let theirs = self.file.family(name, defaults);
                 if in_force != theirs {
                     site_conflict(
                         "breaker family",
                         name,
-                        &first_creator(name, Defaults::Family(live.first), at),
+                        &first_creator(name, Defaults::Family(entry.first), at),
                         at,
                         &family_differences(&in_force, &theirs),
                         "RegistryBuilder::family",
                     );
                 }
             }
-            return live.family;
+            return entry.family;
         }
         let declared = self
             .declared
@@ -245,7 +245,7 @@ impl Registry {
         }
         shared.families.insert(
             name,
-            LiveFamily {
+            FamilyEntry {
                 family,
                 first: declared,
             },
@@ -276,7 +276,7 @@ impl Registry {
         self.read()
             .families
             .values()
-            .map(|live| live.family)
+            .map(|entry| entry.family)
             .collect()
     }
 
@@ -298,8 +298,8 @@ impl Registry {
     /// # Ok::<(), resilience::ConfigError>(())
     /// ```
     pub fn find_breaker(&self, name: &str) -> Option<&'static CircuitBreaker> {
-        if let Some(live) = self.read().live.get(name) {
-            return Some(live.breaker);
+        if let Some(entry) = self.read().breakers.get(name) {
+            return Some(entry.breaker);
         }
         let site = self.declared.breakers.get_key_value(name);
         match site {
@@ -320,7 +320,7 @@ impl Registry {
             .validate()
             .map_err(|err| err.with_subject(format!("circuit breaker `{name}`")))?;
         let mut shared = self.write();
-        if shared.live.contains_key(name) {
+        if shared.breakers.contains_key(name) {
             return Err(ConfigError::new(
                 format!("circuit breaker `{name}`"),
                 "config",
@@ -334,6 +334,10 @@ impl Registry {
 
     /// The breakers created so far, for health endpoints and metrics.
     pub fn breakers(&self) -> Vec<&'static CircuitBreaker> {
-        self.read().live.values().map(|live| live.breaker).collect()
+        self.read()
+            .breakers
+            .values()
+            .map(|entry| entry.breaker)
+            .collect()
     }
 }

@@ -141,7 +141,7 @@ impl RegistryBuilder {
                 .validate()
                 .map_err(|err| err.with_subject(format!("load limit `{name}`")))?;
         }
-        let declared = Declared::resolve(&self.shared)?;
+        let declared = SiteDeclarations::resolve(&self.shared)?;
         let registry = self.build_lenient(declared);
         registry.check_combinations()?;
         Ok(registry)
@@ -154,7 +154,7 @@ impl RegistryBuilder {
         Ok(registry)
     }
 
-    pub(super) fn build_lenient(self, declared: Declared) -> Registry {
+    pub(super) fn build_lenient(self, declared: SiteDeclarations) -> Registry {
         let file = self.file.unwrap_or_default();
         let service = file
             .service()

@@ -53,8 +53,8 @@ impl Registry {
                             .get(site.name)
                             .copied()
                             .unwrap_or(defaults);
-                        let config = match shared.live.get(site.name) {
-                            Some(live) => *live.breaker.config(),
+                        let config = match shared.breakers.get(site.name) {
+                            Some(entry) => *entry.breaker.config(),
                             None => {
                                 let from_code = shared
                                     .code_breakers
@@ -77,7 +77,7 @@ impl Registry {
                             .copied()
                             .unwrap_or(defaults);
                         let config = match shared.families.get(site.name) {
-                            Some(live) => *live.family.config(),
+                            Some(entry) => *entry.family.config(),
                             None => {
                                 let from_code = shared
                                     .code_families

@@ -7,7 +7,7 @@ use super::*;
 /// configuration per name: every site is known at link time, so a breaker
 /// is configured the same whichever site, layer or lookup creates it first.
 #[derive(Debug, Default)]
-pub(super) struct Declared {
+pub(super) struct SiteDeclarations {
     pub(super) breakers: HashMap<&'static str, BreakerConfig>,
     pub(super) families: HashMap<&'static str, FamilyConfig>,
     /// The rate limit the sites of each limiter name declare (`limit =
@@ -15,15 +15,16 @@ pub(super) struct Declared {
     pub(super) limits: HashMap<&'static str, LimitRate>,
 }
 
-impl Declared {
+impl SiteDeclarations {
     /// One configuration per name from the linked sites; two sites of one
     /// name that disagree are an error naming both and the settings that
     /// differ, unless the code gives that name a whole configuration of
     /// its own (the attributes' values are then not used).
-    pub(super) fn resolve(shared: &Shared) -> Result<Declared, ConfigError> {
-        type Seen<C> = HashMap<&'static str, (C, Option<&'static std::panic::Location<'static>>)>;
-        let mut breakers: Seen<BreakerConfig> = HashMap::new();
-        let mut families: Seen<FamilyConfig> = HashMap::new();
+    pub(super) fn resolve(shared: &Shared) -> Result<SiteDeclarations, ConfigError> {
+        type FirstSites<C> =
+            HashMap<&'static str, (C, Option<&'static std::panic::Location<'static>>)>;
+        let mut breakers: FirstSites<BreakerConfig> = HashMap::new();
+        let mut families: FirstSites<FamilyConfig> = HashMap::new();
         let mut errors = Vec::new();
         let mut sites: Vec<SiteDefaults> = sites::linked().collect();
         // A stable order, for the same error from one run to the next.
@@ -80,7 +81,7 @@ impl Declared {
         if let Some(err) = ConfigError::combine(errors) {
             return Err(err);
         }
-        Ok(Declared {
+        Ok(SiteDeclarations {
             breakers: breakers.into_iter().map(|(k, (c, _))| (k, c)).collect(),
             families: families.into_iter().map(|(k, (c, _))| (k, c)).collect(),
             limits,

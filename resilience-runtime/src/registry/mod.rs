@@ -27,7 +27,9 @@ use crate::retry::{Budget, BudgetConfig, Policy, PolicyBuilder};
 
 pub use self::builder::RegistryBuilder;
 pub(crate) use self::declared::toml_key;
-use self::declared::{Declared, differences, family_differences, method_section, site_conflict};
+use self::declared::{
+    SiteDeclarations, differences, family_differences, method_section, site_conflict,
+};
 #[cfg(feature = "config-file")]
 use self::file::FileConfig;
 pub use self::install::{global, install, parse_duration};
@@ -37,7 +39,7 @@ pub(crate) use self::sites::ran as site_ran;
 #[doc(hidden)]
 pub use self::sites::{Defaults, LimitRate, SITES, Site, SiteDefaults};
 pub use self::sites::{SiteConfig, SiteInfo};
-use self::table::{Live, LiveFamily, Origin, Shared, first_creator};
+use self::table::{BreakerEntry, FamilyEntry, Origin, Shared, first_creator};
 
 /// A state-change hook, as given to [`RegistryBuilder::on_state_change`].
 type Hook = std::sync::Arc<
@@ -59,7 +61,7 @@ pub struct Registry {
     file: FileConfig,
     /// The attributes' configuration of each breaker and family name,
     /// resolved once when the registry is built.
-    declared: Declared,
+    declared: SiteDeclarations,
     state: RwLock<Shared>,
 }
 
@@ -86,7 +88,7 @@ impl Registry {
 impl fmt::Debug for Registry {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let shared = self.read();
-        let mut names: Vec<_> = shared.live.keys().collect();
+        let mut names: Vec<_> = shared.breakers.keys().collect();
         names.sort();
         f.debug_struct("Registry")
             .field("service", &self.service)

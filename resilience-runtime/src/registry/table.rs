@@ -11,9 +11,9 @@ pub(super) struct Shared {
     /// Hooks to attach to a breaker when it is created, by name.
     pub(super) hooks: HashMap<String, Vec<Hook>>,
     pub(super) code_budgets: HashMap<String, BudgetConfig>,
-    pub(super) live: HashMap<&'static str, Live>,
+    pub(super) breakers: HashMap<&'static str, BreakerEntry>,
     pub(super) code_families: HashMap<String, FamilyConfig>,
-    pub(super) families: HashMap<&'static str, LiveFamily>,
+    pub(super) families: HashMap<&'static str, FamilyEntry>,
     pub(super) budgets: HashMap<String, &'static Budget>,
     pub(super) code_limits: HashMap<String, crate::limit::LimitConfig>,
     pub(super) limiters: HashMap<String, std::sync::Arc<crate::limit::Limiter>>,
@@ -22,15 +22,15 @@ pub(super) struct Shared {
 /// A breaker of the registry. Two words: what only a conflict between
 /// call sites needs is boxed, so that a registry of 10,000 breakers keeps
 /// each within 512 bytes of heap, its place in the table included.
-pub(super) struct Live {
+pub(super) struct BreakerEntry {
     pub(super) breaker: &'static CircuitBreaker,
-    pub(super) seen: Option<Box<Seen>>,
+    pub(super) registrations: Option<Box<Registrations>>,
 }
 
 /// What a breaker's registrations gave, where it is not the breaker's own
 /// configuration.
 #[derive(Default)]
-pub(super) struct Seen {
+pub(super) struct Registrations {
     /// The attribute values of the first registration, when the file or
     /// the code changed them.
     pub(super) first: Option<BreakerConfig>,
@@ -39,8 +39,8 @@ pub(super) struct Seen {
 }
 
 /// A breaker family of the registry, and the attributes' values it was
-/// created with (see [`Live`]): one per family name, not per member.
-pub(super) struct LiveFamily {
+/// created with (see [`BreakerEntry`]): one per family name, not per member.
+pub(super) struct FamilyEntry {
     pub(super) family: &'static BreakerFamily,
     pub(super) first: FamilyConfig,
 }
@@ -83,22 +83,25 @@ pub(super) fn first_creator(name: &str, first: Defaults, at: &std::panic::Locati
         )
 }
 
-impl Live {
-    pub(super) fn new(breaker: &'static CircuitBreaker, first: BreakerConfig) -> Live {
-        let seen = (first != *breaker.config()).then(|| {
-            Box::new(Seen {
+impl BreakerEntry {
+    pub(super) fn new(breaker: &'static CircuitBreaker, first: BreakerConfig) -> BreakerEntry {
+        let registrations = (first != *breaker.config()).then(|| {
+            Box::new(Registrations {
                 first: Some(first),
                 warned: Vec::new(),
             })
         });
-        Live { breaker, seen }
+        BreakerEntry {
+            breaker,
+            registrations,
+        }
     }
 
     /// The attribute values of the first registration.
     pub(super) fn first(&self) -> BreakerConfig {
-        self.seen
+        self.registrations
             .as_ref()
-            .and_then(|seen| seen.first)
+            .and_then(|registrations| registrations.first)
             .unwrap_or(*self.breaker.config())
     }
 
@@ -107,13 +110,16 @@ impl Live {
     pub(super) fn knows(&self, defaults: &BreakerConfig) -> bool {
         self.first() == *defaults
             || self
-                .seen
+                .registrations
                 .as_ref()
-                .is_some_and(|seen| seen.warned.contains(defaults))
+                .is_some_and(|registrations| registrations.warned.contains(defaults))
     }
 
     pub(super) fn warned(&mut self, defaults: BreakerConfig) {
-        self.seen.get_or_insert_default().warned.push(defaults);
+        self.registrations
+            .get_or_insert_default()
+            .warned
+            .push(defaults);
     }
 }
 

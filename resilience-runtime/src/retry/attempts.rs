@@ -16,7 +16,7 @@ use crate::error::{Cause, Error};
 /// What cuts an attempt in flight short.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
-pub(crate) enum Cut {
+pub(crate) enum CutBy {
     /// The policy's per-attempt timeout: the attempt failed with
     /// [`Error::AttemptTimeout`], a transient error like any other.
     AttemptTimeout(Duration),
@@ -82,7 +82,7 @@ pub(crate) struct Attempts<R = DefaultRng, P = Policy, S = Kept> {
 /// error that may end it later (`Attempts::keep`): [`Kept`] keeps it,
 /// [`NotKept`] is the slot of a chain that keeps nothing, and costs
 /// nothing.
-pub trait Slot: Default + fmt::Debug {
+pub trait ErrorSlot: Default + fmt::Debug {
     /// The kept error, leaving the slot empty.
     fn take(&mut self) -> Option<Cause>;
     /// Keeps `cause` in place of what was kept.
@@ -99,7 +99,7 @@ pub trait Slot: Default + fmt::Debug {
 #[derive(Debug, Default)]
 pub struct Kept(ManuallyDrop<Option<Cause>>);
 
-impl Slot for Kept {
+impl ErrorSlot for Kept {
     #[inline(always)]
     fn take(&mut self) -> Option<Cause> {
         // What is left is a `None`, which has nothing to drop.
@@ -139,7 +139,7 @@ extern "C" fn release(cause: Option<Cause>) {
 #[derive(Debug, Default, Clone, Copy)]
 pub struct NotKept;
 
-impl Slot for NotKept {
+impl ErrorSlot for NotKept {
     #[inline(always)]
     fn take(&mut self) -> Option<Cause> {
         None
@@ -151,7 +151,7 @@ impl Slot for NotKept {
     }
 }
 
-impl<R, P: Borrow<Policy>, S: Slot> Attempts<R, P, S> {
+impl<R, P: Borrow<Policy>, S: ErrorSlot> Attempts<R, P, S> {
     /// A chain under `policy` (a [`Policy`] or a reference to one) drawing
     /// jitter from `rng`.
     #[inline(always)]
@@ -175,7 +175,7 @@ impl<R, P: Borrow<Policy>, S: Slot> Attempts<R, P, S> {
     /// The same chain, not started yet, with another slot for its last
     /// error.
     #[inline(always)]
-    pub(crate) fn keeping<S2: Slot>(self) -> Attempts<R, P, S2> {
+    pub(crate) fn keeping<S2: ErrorSlot>(self) -> Attempts<R, P, S2> {
         Attempts {
             policy: self.policy,
             start: self.start,
@@ -213,7 +213,7 @@ impl<R, P: Borrow<Policy>, S: Slot> Attempts<R, P, S> {
     /// passed: no attempt may start, the caller gets
     /// [`Error::DeadlineExceeded`].
     #[inline]
-    pub(crate) fn begin(&mut self) -> Result<Option<(Instant, Cut)>, GiveUp> {
+    pub(crate) fn begin(&mut self) -> Result<Option<(Instant, CutBy)>, GiveUp> {
         if self.begin_untimed() {
             return Ok(None);
         }
@@ -239,7 +239,10 @@ impl<R, P: Borrow<Policy>, S: Slot> Attempts<R, P, S> {
     }
 
     #[inline(never)]
-    fn begin_timed(&mut self, deadline: Option<Instant>) -> Result<Option<(Instant, Cut)>, GiveUp> {
+    fn begin_timed(
+        &mut self,
+        deadline: Option<Instant>,
+    ) -> Result<Option<(Instant, CutBy)>, GiveUp> {
         // Inside a `no_retry` region (a transaction opened by
         // `db::transaction`) a deadline is always in scope, so only this
         // timed path needs to look.
@@ -255,16 +258,16 @@ impl<R, P: Borrow<Policy>, S: Slot> Attempts<R, P, S> {
             if deadline.is_some_and(|deadline| deadline <= now) {
                 return Err(GiveUp::Deadline);
             }
-            let mut until = (start + self.policy().max_elapsed(), Cut::MaxElapsed);
+            let mut until = (start + self.policy().max_elapsed(), CutBy::MaxElapsed);
             if let Some(timeout) = timeout
                 && now + timeout < until.0
             {
-                until = (now + timeout, Cut::AttemptTimeout(timeout));
+                until = (now + timeout, CutBy::AttemptTimeout(timeout));
             }
             if let Some(deadline) = deadline
                 && deadline <= until.0
             {
-                until = (deadline, Cut::Deadline);
+                until = (deadline, CutBy::Deadline);
             }
             timer = Some(until);
         }
@@ -286,9 +289,9 @@ impl<R, P: Borrow<Policy>, S: Slot> Attempts<R, P, S> {
     /// The attempt in flight is pending and [`begin`](Self::begin) armed no
     /// timer: from now on it runs under the chain's `max_elapsed`.
     #[inline]
-    pub(crate) fn pending(&mut self) -> (Instant, Cut) {
+    pub(crate) fn pending(&mut self) -> (Instant, CutBy) {
         let start = *self.start.get_or_insert_with(Instant::now);
-        (start + self.policy().max_elapsed(), Cut::MaxElapsed)
+        (start + self.policy().max_elapsed(), CutBy::MaxElapsed)
     }
 
     /// Another attempt beside those in flight, for a hedged call: `Err`
@@ -319,14 +322,14 @@ impl<R, P: Borrow<Policy>, S: Slot> Attempts<R, P, S> {
     /// the chain stops (`Some`) or the error is classified like any other
     /// (`None`, a per-attempt timeout). A chain that stops hands over the
     /// error [kept](Self::keep) of the attempt before, as the error's cause.
-    pub(crate) fn cut(&mut self, cut: Cut) -> (Error, Option<GiveUp>) {
+    pub(crate) fn cut(&mut self, cut: CutBy) -> (Error, Option<GiveUp>) {
         match cut {
-            Cut::AttemptTimeout(timeout) => (Error::AttemptTimeout(timeout), None),
-            Cut::Deadline => (
+            CutBy::AttemptTimeout(timeout) => (Error::AttemptTimeout(timeout), None),
+            CutBy::Deadline => (
                 Error::deadline_exceeded(self.attempt).with_last(self.last.take()),
                 Some(GiveUp::Deadline),
             ),
-            Cut::MaxElapsed => (
+            CutBy::MaxElapsed => (
                 Error::max_elapsed_exceeded(self.policy().max_elapsed(), self.attempt)
                     .with_last(self.last.take()),
                 Some(GiveUp::Elapsed),
@@ -361,7 +364,7 @@ impl<R, P: Borrow<Policy>, S: Slot> Attempts<R, P, S> {
     }
 }
 
-impl<R: RngCore, P: Borrow<Policy>, S: Slot> Attempts<R, P, S> {
+impl<R: RngCore, P: Borrow<Policy>, S: ErrorSlot> Attempts<R, P, S> {
     /// The current attempt failed with an error judged `verdict`: stop on a
     /// permanent error, after the last attempt, or when the pause would
     /// cross `max_elapsed` or the caller's deadline (never sleep uselessly);
@@ -462,7 +465,7 @@ pub(crate) struct Pause {
     pub(crate) until: Instant,
 }
 
-impl<R: RngCore, P: Borrow<Policy>, S: Slot> Attempts<R, P, S> {
+impl<R: RngCore, P: Borrow<Policy>, S: ErrorSlot> Attempts<R, P, S> {
     /// The current attempt failed with `error`: the driver judges it, and
     /// the rules of [`failed`](Self::failed) decide. `Continue` pauses
     /// before the next attempt; `Break` is the chain's error (the
@@ -511,7 +514,7 @@ impl<R: RngCore, P: Borrow<Policy>, S: Slot> Attempts<R, P, S> {
     }
 }
 
-impl<R, P: Borrow<Policy>, S: Slot> Attempts<R, P, S> {
+impl<R, P: Borrow<Policy>, S: ErrorSlot> Attempts<R, P, S> {
     /// A timer cut the attempt in flight (drop it first): `Ok` with a
     /// per-attempt timeout's error, to go through
     /// [`on_error`](Self::on_error) like any other; `Err` with the chain's
@@ -519,7 +522,7 @@ impl<R, P: Borrow<Policy>, S: Slot> Attempts<R, P, S> {
     /// sent.
     pub(crate) fn on_cut<E: FromRuntimeError>(
         &mut self,
-        cut: Cut,
+        cut: CutBy,
         driver: &mut impl Driver<E>,
     ) -> Result<E, E> {
         let (error, stop) = self.cut(cut);

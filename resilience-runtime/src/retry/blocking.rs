@@ -9,7 +9,7 @@ use rand::RngCore;
 use std::ops::ControlFlow;
 
 use super::attempts::{Attempts, NotKept};
-use super::executor::{ByClassify, Hooks, Notify, Quiet, When};
+use super::executor::{ByClassify, Classifier, Hooks, NoNotify, Notify};
 use super::{DefaultRng, Event};
 use super::{FromRuntimeError, Policy, Verdict};
 
@@ -86,7 +86,7 @@ impl<F: FnMut(Duration)> Sleeper for F {
 /// # }
 /// ```
 #[must_use = "a blocking retry chain does nothing until `call`ed"]
-pub struct BlockingRetry<F, N = Quiet, W = ByClassify, Z = ThreadSleep, R = DefaultRng> {
+pub struct BlockingRetry<F, N = NoNotify, W = ByClassify, Z = ThreadSleep, R = DefaultRng> {
     attempts: Attempts<R, Policy, NotKept>,
     op: F,
     notify: N,
@@ -104,7 +104,7 @@ impl Policy {
         BlockingRetry {
             attempts: Attempts::with_rng(self, DefaultRng),
             op,
-            notify: Quiet,
+            notify: NoNotify,
             when: ByClassify,
             sleep: ThreadSleep,
         }
@@ -209,7 +209,7 @@ where
     where
         E: FromRuntimeError,
         N: Notify<E>,
-        W: When<E>,
+        W: Classifier<E>,
         Z: Sleeper,
         R: RngCore,
     {

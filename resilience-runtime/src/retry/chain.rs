@@ -18,7 +18,7 @@ use std::task::{Context, Poll, ready};
 use pin_project_lite::pin_project;
 
 use super::attempts::{Attempts, Driver};
-use super::executor::When;
+use super::executor::Classifier;
 use super::turn::{Stage, Turn, Turned};
 use super::{Classify, FromRuntimeError, Policy, Reason, Verdict};
 use super::{DefaultRng, Event};
@@ -57,7 +57,7 @@ pub trait Scope {
 }
 
 /// One retry chain in progress: the state between the attempts of one
-/// logical call, classified by `W` (see [`When`]), under the policy `P`
+/// logical call, classified by `W` (see [`Classifier`]), under the policy `P`
 /// points to, reporting to `O`.
 #[derive(Debug)]
 pub struct Chain<W, P, O> {
@@ -107,7 +107,7 @@ impl<W, P: Named, O: Scope> Chain<W, P, O> {
     where
         Fut: Future<Output = Result<T, E>>,
         E: FromRuntimeError,
-        W: When<E>,
+        W: Classifier<E>,
     {
         Attempt::new(self, attempt)
     }
@@ -180,7 +180,7 @@ impl<Fut, T, E, W, P, O> Future for Attempt<'_, Fut, W, P, O>
 where
     Fut: Future<Output = Result<T, E>>,
     E: FromRuntimeError,
-    W: When<E>,
+    W: Classifier<E>,
     P: Named,
     O: Scope,
 {
@@ -210,7 +210,7 @@ impl<Fut, T, E, W, P, O> Attempt<'_, Fut, W, P, O>
 where
     Fut: Future<Output = Result<T, E>>,
     E: FromRuntimeError,
-    W: When<E>,
+    W: Classifier<E>,
     P: Named,
     O: Scope,
 {
@@ -270,7 +270,7 @@ struct Hooks<'a, W, O> {
     name: &'static str,
 }
 
-impl<E, W: When<E>, O: Scope> Driver<E> for Hooks<'_, W, O> {
+impl<E, W: Classifier<E>, O: Scope> Driver<E> for Hooks<'_, W, O> {
     #[inline]
     fn judge(&mut self, error: &E) -> Verdict {
         let verdict = self.when.when(error);

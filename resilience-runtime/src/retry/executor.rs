@@ -8,7 +8,7 @@ use std::task::{Context, Poll, ready};
 use pin_project_lite::pin_project;
 use rand::RngCore;
 
-use super::attempts::{Attempts, Driver, Kept, NotKept, Slot};
+use super::attempts::{Attempts, Driver, ErrorSlot, Kept, NotKept};
 use super::turn::{Stage, Turn, Turned};
 use super::{Classify, DefaultRng, Event, FromRuntimeError, Outcome, Policy, Reason, Verdict};
 use crate::error::Cause;
@@ -28,7 +28,7 @@ use crate::error::Cause;
     label = "not the error type the classifier takes",
     note = "a `when` classifier is a fn or closure taking a reference to the error type (`&E` of `Result<T, E>`) and returning a `Verdict`, or a `bool` where `true` means retry"
 )]
-pub trait When<E> {
+pub trait Classifier<E> {
     /// The verdict for `error`.
     fn when(&mut self, error: &E) -> Verdict;
 
@@ -82,10 +82,10 @@ impl<W> KeepLast<W> {
     }
 }
 
-impl<E, W> When<E> for KeepLast<W>
+impl<E, W> Classifier<E> for KeepLast<W>
 where
     E: std::error::Error + Send + Sync + 'static,
-    W: When<E>,
+    W: Classifier<E>,
 {
     #[inline]
     fn when(&mut self, error: &E) -> Verdict {
@@ -111,7 +111,7 @@ where
 #[derive(Debug, Clone, Copy, Default)]
 pub struct ByClassify;
 
-impl<E: Classify> When<E> for ByClassify {
+impl<E: Classify> Classifier<E> for ByClassify {
     #[inline]
     fn when(&mut self, error: &E) -> Verdict {
         error.classify()
@@ -128,7 +128,7 @@ impl<E: Classify> When<E> for ByClassify {
     }
 }
 
-impl<E, F, V> When<E> for F
+impl<E, F, V> Classifier<E> for F
 where
     F: FnMut(&E) -> V,
     V: Into<Verdict>,
@@ -158,9 +158,9 @@ pub trait Notify<E> {
 
 /// The default hook: does nothing, and costs nothing.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct Quiet;
+pub struct NoNotify;
 
-impl<E> Notify<E> for Quiet {
+impl<E> Notify<E> for NoNotify {
     #[inline(always)]
     fn notify(&mut self, _: &Event<'_, E>) {}
 }
@@ -201,7 +201,7 @@ pin_project! {
     // the future: laid out by the compiler, the success path takes 13 more
     // instructions (BENCHMARKS.md, "Hot-path techniques").
     #[repr(C)]
-    pub struct Retry<F, Fut, N = Quiet, W = ByClassify, R = DefaultRng, S = NotKept> {
+    pub struct Retry<F, Fut, N = NoNotify, W = ByClassify, R = DefaultRng, S = NotKept> {
         attempts: Attempts<R, Policy, S>,
         op: F,
         notify: N,
@@ -222,11 +222,16 @@ impl Policy {
         F: FnMut() -> Fut,
         Fut: Future<Output = Result<T, E>>,
     {
-        Retry::fresh(Attempts::with_rng(self, DefaultRng), op, Quiet, ByClassify)
+        Retry::fresh(
+            Attempts::with_rng(self, DefaultRng),
+            op,
+            NoNotify,
+            ByClassify,
+        )
     }
 }
 
-impl<F, Fut, T, E, N, W, R, S: Slot> Retry<F, Fut, N, W, R, S>
+impl<F, Fut, T, E, N, W, R, S: ErrorSlot> Retry<F, Fut, N, W, R, S>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<T, E>>,
@@ -326,7 +331,7 @@ where
     }
 }
 
-impl<F, Fut, N, W, R, S: Slot> Retry<F, Fut, N, W, R, S> {
+impl<F, Fut, N, W, R, S: ErrorSlot> Retry<F, Fut, N, W, R, S> {
     #[inline(always)]
     fn fresh(attempts: Attempts<R, Policy, S>, op: F, notify: N, when: W) -> Self {
         Retry {
@@ -349,7 +354,7 @@ impl<F, Fut, N, W, R, S: Slot> Retry<F, Fut, N, W, R, S> {
     }
 }
 
-impl<F, Fut, N, W, R, S: Slot> fmt::Debug for Retry<F, Fut, N, W, R, S> {
+impl<F, Fut, N, W, R, S: ErrorSlot> fmt::Debug for Retry<F, Fut, N, W, R, S> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Retry")
             .field("policy", self.attempts.policy())
@@ -366,7 +371,7 @@ pub(super) struct Hooks<'a, W, N> {
     pub(super) notify: &'a mut N,
 }
 
-impl<E, W: When<E>, N: Notify<E>> Driver<E> for Hooks<'_, W, N> {
+impl<E, W: Classifier<E>, N: Notify<E>> Driver<E> for Hooks<'_, W, N> {
     #[inline]
     fn judge(&mut self, error: &E) -> Verdict {
         self.when.when(error)
@@ -387,13 +392,13 @@ impl<E, W: When<E>, N: Notify<E>> Driver<E> for Hooks<'_, W, N> {
     }
 }
 
-impl<F, Fut, T, E, N, W, R, S: Slot> Future for Retry<F, Fut, N, W, R, S>
+impl<F, Fut, T, E, N, W, R, S: ErrorSlot> Future for Retry<F, Fut, N, W, R, S>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<T, E>>,
     E: FromRuntimeError,
     N: Notify<E>,
-    W: When<E>,
+    W: Classifier<E>,
     R: RngCore,
 {
     type Output = Result<T, E>;
@@ -429,7 +434,7 @@ where
 // value was written to memory on the success path too, 5 instructions per
 // call (BENCHMARKS.md, `Policy::retry`).
 #[inline(never)]
-fn poll_chain<F, Fut, T, E, N, W, R, S: Slot>(
+fn poll_chain<F, Fut, T, E, N, W, R, S: ErrorSlot>(
     retry: Pin<&mut Retry<F, Fut, N, W, R, S>>,
     mut first: Option<Poll<Result<T, E>>>,
     cx: &mut Context<'_>,
@@ -439,7 +444,7 @@ where
     Fut: Future<Output = Result<T, E>>,
     E: FromRuntimeError,
     N: Notify<E>,
-    W: When<E>,
+    W: Classifier<E>,
     R: RngCore,
 {
     let mut this = retry.project();

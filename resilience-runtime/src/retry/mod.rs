@@ -110,7 +110,7 @@ pub use classify::{
     AsHttpStatus, Classify, FromRuntimeError, HttpStatus, Outcome, Reason, SqlState, Verdict,
 };
 pub use events::{Event, GiveUp};
-pub(crate) use executor::{ByClassify, KeepLast, When};
+pub(crate) use executor::{ByClassify, Classifier, KeepLast};
 pub use executor::{Notify, Retry};
 pub use hedge::{Hedge, MAX_HEDGED_ATTEMPTS};
 #[cfg(any(feature = "reqwest-middleware", feature = "tower"))]

@@ -20,7 +20,7 @@ use pin_project_lite::pin_project;
 use rand::RngCore;
 use tokio::time::{Instant, Sleep};
 
-use super::attempts::{Attempts, Cut, Driver, Slot};
+use super::attempts::{Attempts, CutBy, Driver, ErrorSlot};
 use super::{FromRuntimeError, Policy, layer};
 
 /// Where a [`Turn`] is.
@@ -85,7 +85,7 @@ impl<Fut> Turn<Fut> {
     /// [`Attempts::begin_untimed`]), the path every healthy call takes,
     /// inline; otherwise returns `false` with nothing changed.
     #[inline(always)]
-    pub(crate) fn begin_untimed<R, P: Borrow<Policy>, S: Slot>(
+    pub(crate) fn begin_untimed<R, P: Borrow<Policy>, S: ErrorSlot>(
         self: Pin<&mut Self>,
         attempts: &mut Attempts<R, P, S>,
     ) -> bool {
@@ -100,7 +100,7 @@ impl<Fut> Turn<Fut> {
     /// Begins the attempt, armed with whatever timer must cut it; or ends
     /// the chain with its error, its event sent, when the attempt may not
     /// start (see [`Attempts::begin`]).
-    pub(crate) fn begin<R, P: Borrow<Policy>, S: Slot, E: FromRuntimeError>(
+    pub(crate) fn begin<R, P: Borrow<Policy>, S: ErrorSlot, E: FromRuntimeError>(
         self: Pin<&mut Self>,
         attempts: &mut Attempts<R, P, S>,
         driver: &mut impl Driver<E>,
@@ -183,7 +183,7 @@ impl<Fut> Turn<Fut> {
         E: FromRuntimeError,
         R: RngCore,
         P: Borrow<Policy>,
-        S: Slot,
+        S: ErrorSlot,
     {
         let mut this = self.project();
         match *this.stage {
@@ -253,7 +253,7 @@ pin_project! {
     /// with the time driver enabled.
     #[derive(Debug, Default)]
     struct AttemptTimer {
-        cut: Option<Cut>,
+        cut: Option<CutBy>,
         #[pin]
         sleep: Option<Sleep>,
     }
@@ -271,7 +271,7 @@ impl AttemptTimer {
     /// Arms the timer for an attempt that is starting, with what
     /// [`Attempts::begin`] returned.
     #[inline]
-    fn start(self: Pin<&mut Self>, timer: Option<(Instant, Cut)>) {
+    fn start(self: Pin<&mut Self>, timer: Option<(Instant, CutBy)>) {
         let mut this = self.project();
         *this.cut = timer.map(|(_, cut)| cut);
         if let Some((until, _)) = timer {
@@ -279,14 +279,14 @@ impl AttemptTimer {
         }
     }
 
-    /// To be polled while the attempt is pending: ready with the [`Cut`]
+    /// To be polled while the attempt is pending: ready with the [`CutBy`]
     /// once the timer fired. An attempt that started without a timer gets
     /// the chain's `max_elapsed` from its first `Pending` on.
-    fn poll_cut<R, P: Borrow<Policy>, S: Slot>(
+    fn poll_cut<R, P: Borrow<Policy>, S: ErrorSlot>(
         self: Pin<&mut Self>,
         attempts: &mut Attempts<R, P, S>,
         cx: &mut Context<'_>,
-    ) -> Poll<Cut> {
+    ) -> Poll<CutBy> {
         let mut this = self.project();
         let cut = match *this.cut {
             Some(cut) => cut,

@@ -11,7 +11,7 @@ use tracing::subscriber::Interest;
 use tracing::{Event, Level, Metadata, Subscriber};
 
 #[derive(Debug, Clone, PartialEq)]
-pub(super) struct Seen {
+pub(super) struct RecordedEvent {
     pub(super) level: Level,
     pub(super) message: String,
     /// The fields other than the message, as `name=value`.
@@ -26,7 +26,7 @@ struct State {
     /// Each span's parent, by the same index.
     parents: Vec<Option<u64>>,
     stack: Vec<u64>,
-    events: Vec<Seen>,
+    events: Vec<RecordedEvent>,
 }
 
 /// Every span and event, or (`events_only`) events alone.
@@ -63,7 +63,7 @@ impl Collector {
             ..Collector::default()
         }
     }
-    pub(super) fn events(&self) -> Vec<Seen> {
+    pub(super) fn events(&self) -> Vec<RecordedEvent> {
         self.state.lock().unwrap().events.clone()
     }
     /// The name and the fields (as recorded so far) of span `id`.
@@ -137,7 +137,7 @@ impl Subscriber for Collector {
         event.record(&mut fields);
         let mut state = self.state.lock().unwrap();
         let span = state.stack.last().copied();
-        state.events.push(Seen {
+        state.events.push(RecordedEvent {
             level: *event.metadata().level(),
             message: fields.message,
             fields: fields.others,

@@ -12,8 +12,8 @@ use hashbrown::HashTable;
 use tokio::time::Instant;
 
 use super::hooks::FamilyWide;
-use super::machine::Common;
-use super::state::{CLOSED, Word};
+use super::machine::Setup;
+use super::state::{CLOSED, StateWord};
 use super::{BreakerConfig, CircuitBreaker, State, report};
 use crate::clock::duration_nanos;
 use crate::error::ConfigError;
@@ -379,7 +379,7 @@ fn with_displayed<R>(value: &impl fmt::Display, f: impl FnOnce(&str) -> R) -> R 
 /// ```
 #[derive(Clone)]
 pub struct BreakerFamily {
-    inner: Arc<Family>,
+    machine: Arc<Family>,
 }
 
 /// The most members a new key looks at for one to evict, at the cap.
@@ -391,7 +391,7 @@ struct Family {
     config: FamilyConfig,
     /// What every member shares: labels, breaker configuration, clock
     /// origin, the family's hooks and its tally of open members.
-    common: super::sync::Arc<Common>,
+    setup: super::sync::Arc<Setup>,
     members: RwLock<Members>,
     /// Whether the last new key found no room (warned once).
     full: AtomicBool,
@@ -438,9 +438,9 @@ impl BreakerFamily {
         report::breaker_created(labels, State::Closed);
         let wide = FamilyWide::new();
         Ok(BreakerFamily {
-            inner: Arc::new(Family {
+            machine: Arc::new(Family {
                 config,
-                common: super::sync::Arc::new(Common::new(
+                setup: super::sync::Arc::new(Setup::new(
                     labels,
                     config.breaker,
                     Some(Box::new(wide)),
@@ -453,12 +453,12 @@ impl BreakerFamily {
 
     /// The family's name.
     pub fn name(&self) -> &'static str {
-        self.inner.common.labels.target()
+        self.machine.setup.labels.target()
     }
 
     /// The configuration every member runs with.
     pub fn config(&self) -> &FamilyConfig {
-        &self.inner.config
+        &self.machine.config
     }
 
     /// The breaker of `key`, created closed on first use (see
@@ -470,7 +470,7 @@ impl BreakerFamily {
     /// member can be evicted (a handle kept outside the family makes its
     /// member unevictable).
     pub fn get(&self, key: &str) -> CircuitBreaker {
-        let family = &*self.inner;
+        let family = &*self.machine;
         let now = family.now();
         if let Some(member) = family.read().get(key) {
             member.touch(now, family.config.idle);
@@ -481,13 +481,13 @@ impl BreakerFamily {
 
     /// The breaker of `key` if it is a member now, without creating it.
     pub fn find(&self, key: &str) -> Option<CircuitBreaker> {
-        let family = &*self.inner;
+        let family = &*self.machine;
         family.read().get(key).map(|m| m.breaker.clone())
     }
 
     /// How many members the family holds (breakers it did not keep aside).
     pub fn len(&self) -> usize {
-        self.inner.read().ring.len()
+        self.machine.read().ring.len()
     }
 
     /// Whether the family holds no member.
@@ -497,7 +497,7 @@ impl BreakerFamily {
 
     /// The members' keys, sorted, for health endpoints.
     pub fn keys(&self) -> Vec<String> {
-        let members = self.inner.read();
+        let members = self.machine.read();
         let mut keys: Vec<String> = members.ring.iter().map(|m| m.key().to_string()).collect();
         keys.sort();
         keys
@@ -506,7 +506,7 @@ impl BreakerFamily {
     /// How many members are open now, with the breakers the family gave
     /// out without keeping them (when full) while they live.
     pub fn open_members(&self) -> usize {
-        let family = self.inner.common.family.as_deref();
+        let family = self.machine.setup.family.as_deref();
         family.map_or(0, |family| family.count(State::Open))
     }
 
@@ -517,7 +517,7 @@ impl BreakerFamily {
     where
         F: Fn(&'static str, State, State) + Send + Sync + 'static,
     {
-        if let Some(family) = self.inner.common.family.as_deref() {
+        if let Some(family) = self.machine.setup.family.as_deref() {
             family.hooks.add(Box::new(hook));
         }
     }
@@ -529,11 +529,11 @@ impl Family {
     }
 
     fn now(&self) -> u64 {
-        duration_nanos(Instant::now().saturating_duration_since(self.common.origin))
+        duration_nanos(Instant::now().saturating_duration_since(self.setup.origin))
     }
 
     fn member(&self, key: &str) -> CircuitBreaker {
-        CircuitBreaker::member(super::sync::Arc::clone(&self.common), key)
+        CircuitBreaker::member(super::sync::Arc::clone(&self.setup), key)
     }
 
     /// A new key: a place of its own below the cap, an evicted member's at
@@ -557,7 +557,7 @@ impl Family {
         if self.full.swap(false, Relaxed) {
             tracing::info!(
                 target: "resilience",
-                family = self.common.labels.target(),
+                family = self.setup.labels.target(),
                 "breaker family has room again: new keys become members"
             );
         }
@@ -580,7 +580,7 @@ impl Family {
         if !self.full.swap(true, Relaxed) {
             tracing::warn!(
                 target: "resilience",
-                family = self.common.labels.target(),
+                family = self.setup.labels.target(),
                 members,
                 "breaker family is full and no member it looked at can be evicted (open, half-open, forced or in use): new keys get a breaker of their own that the family does not keep, judged afresh on each lookup, until one can; raise `max_members` if this lasts"
             );
@@ -732,9 +732,9 @@ impl Member {
     /// handle cannot change state: the answer holds until the lock is
     /// released.
     fn evictable(&self) -> bool {
-        let inner = &self.breaker.inner;
-        let word = Word(inner.state.load(Acquire));
-        word.kind() == CLOSED && !word.forced() && super::sync::Arc::strong_count(inner) == 1
+        let machine = &self.breaker.machine;
+        let word = StateWord(machine.state.load(Acquire));
+        word.kind() == CLOSED && !word.forced() && super::sync::Arc::strong_count(machine) == 1
     }
 }
 
@@ -743,7 +743,7 @@ impl fmt::Debug for BreakerFamily {
         f.debug_struct("BreakerFamily")
             .field("name", &self.name())
             .field("members", &self.len())
-            .field("config", &self.inner.config)
+            .field("config", &self.machine.config)
             .finish_non_exhaustive()
     }
 }

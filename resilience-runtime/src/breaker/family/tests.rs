@@ -183,8 +183,8 @@ async fn an_open_member_moves_to_half_open_on_the_ticker() {
     assert_eq!(a.state(), State::HalfOpen);
     assert_eq!(
         family
-            .inner
-            .common
+            .machine
+            .setup
             .family
             .as_ref()
             .unwrap()

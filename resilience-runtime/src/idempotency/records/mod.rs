@@ -48,7 +48,8 @@ pub(crate) struct Records<K, H, D> {
 
 #[derive(Debug)]
 struct State<K, H, D> {
-    slots: HashMap<K, Slot<H, D>>,
+    /// Each key's record; an expired one stays until the next purge.
+    records: HashMap<K, Expiring<H, D>>,
     /// Expiry order, so that purging costs O(log n) per expired key and
     /// an expired record never lingers (a long-running consumer sees
     /// millions of ids).
@@ -56,8 +57,9 @@ struct State<K, H, D> {
     sequence: u64,
 }
 
+/// A key's record and its expiry, which is also its key in `expiries`.
 #[derive(Debug)]
-struct Slot<H, D> {
+struct Expiring<H, D> {
     record: Record<H, D>,
     expiry: (Instant, u64),
 }
@@ -68,7 +70,7 @@ impl<K, H, D> Records<K, H, D> {
         Self {
             capacity,
             state: Mutex::new(State {
-                slots: HashMap::new(),
+                records: HashMap::new(),
                 expiries: BTreeMap::new(),
                 sequence: 0,
             }),
@@ -99,7 +101,7 @@ where
     pub(crate) fn len(&self) -> usize {
         let mut state = self.lock();
         state.purge(Instant::now());
-        state.slots.len()
+        state.records.len()
     }
 
     /// What `key` holds, if it has not expired.
@@ -111,7 +113,7 @@ where
     {
         let mut state = self.lock();
         state.purge(Instant::now());
-        state.slots.get(key).map(|slot| slot.record.clone())
+        state.records.get(key).map(|stored| stored.record.clone())
     }
 
     /// Takes a free `key` for `lease` until `lock_ttl` from now (`Ok(None)`),
@@ -129,18 +131,18 @@ where
         let now = Instant::now();
         let mut state = self.lock();
         state.purge(now);
-        if let Some(slot) = state.slots.get(key) {
-            return Ok(Some(slot.record.clone()));
+        if let Some(stored) = state.records.get(key) {
+            return Ok(Some(stored.record.clone()));
         }
-        if state.slots.len() >= self.capacity {
+        if state.records.len() >= self.capacity {
             return Err(Full);
         }
         let expiry = state.expiry(now, lock_ttl);
         let key = key.to_owned();
         state.expiries.insert(expiry, key.clone());
-        state.slots.insert(
+        state.records.insert(
             key,
-            Slot {
+            Expiring {
                 record: Record::Held(lease.clone()),
                 expiry,
             },
@@ -198,8 +200,8 @@ where
         if !state.is_held_by(key, lease) {
             return false;
         }
-        if let Some(slot) = state.slots.remove(key) {
-            state.expiries.remove(&slot.expiry);
+        if let Some(stored) = state.records.remove(key) {
+            state.expiries.remove(&stored.expiry);
         }
         true
     }
@@ -216,7 +218,7 @@ where
                 break;
             }
             let key = entry.remove();
-            self.slots.remove(&key);
+            self.records.remove(&key);
         }
     }
 
@@ -225,7 +227,7 @@ where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        matches!(self.slots.get(key), Some(Slot { record: Record::Held(held), .. }) if held == lease)
+        matches!(self.records.get(key), Some(Expiring { record: Record::Held(held), .. }) if held == lease)
     }
 
     fn expiry(&mut self, now: Instant, ttl: Duration) -> (Instant, u64) {
@@ -244,10 +246,10 @@ where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        if let Some(slot) = self.slots.get_mut(key) {
-            let old = std::mem::replace(&mut slot.expiry, expiry);
+        if let Some(stored) = self.records.get_mut(key) {
+            let old = std::mem::replace(&mut stored.expiry, expiry);
             if let Some(record) = record {
-                slot.record = record;
+                stored.record = record;
             }
             if let Some(owned) = self.expiries.remove(&old) {
                 self.expiries.insert(expiry, owned);
