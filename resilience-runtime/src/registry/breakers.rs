@@ -12,7 +12,7 @@ impl Registry {
     /// names both. The reference is `'static`, so a call site can keep it
     /// in a `static`.
     pub fn breaker(&self, name: &'static str, defaults: BreakerConfig) -> &'static CircuitBreaker {
-        self.breaker_from(name, defaults, Origin::Call)
+        self.named(name, defaults, Origin::Call)
     }
 
     /// [`breaker`](Self::breaker) for the `#[circuit_breaker]` site at `at`.
@@ -22,93 +22,7 @@ impl Registry {
         defaults: BreakerConfig,
         at: &'static std::panic::Location<'static>,
     ) -> &'static CircuitBreaker {
-        self.breaker_from(name, defaults, Origin::Site(at))
-    }
-
-    pub(super) fn breaker_from(
-        &self,
-        name: &'static str,
-        defaults: BreakerConfig,
-        origin: Origin,
-    ) -> &'static CircuitBreaker {
-        {
-            let shared = self.read();
-            if let Some(entry) = shared.breakers.get(name)
-                && match origin {
-                    Origin::Site(_) => entry.first() == defaults,
-                    Origin::Layer => true,
-                    Origin::Call => entry.knows(&defaults),
-                }
-            {
-                return entry.breaker;
-            }
-        }
-        let mut shared = self.write();
-        if let Some(entry) = shared.breakers.get(name)
-            && let Origin::Site(at) = origin
-        {
-            let first = entry.first();
-            if first != defaults && !shared.code_breakers.contains_key(name) {
-                // Only what would run differently is a conflict: the file
-                // may set the very settings in which the sites differ.
-                let in_force = *entry.breaker.config();
-                let theirs = self.file.breaker(name, defaults);
-                if in_force != theirs {
-                    site_conflict(
-                        "circuit breaker",
-                        name,
-                        &first_creator(name, Defaults::Breaker(first), at),
-                        at,
-                        &differences(&in_force, &theirs),
-                        "RegistryBuilder::breaker",
-                    );
-                }
-            }
-            return entry.breaker;
-        }
-        if let Some(entry) = shared.breakers.get_mut(name) {
-            if matches!(origin, Origin::Layer) {
-                return entry.breaker;
-            }
-            if !entry.knows(&defaults) {
-                tracing::warn!(
-                    breaker = name,
-                    first = ?entry.first(),
-                    ignored = ?defaults,
-                    "two call sites configure circuit breaker `{name}` differently; the first registration wins (move the setting to the config file to make it explicit)"
-                );
-                entry.warned(defaults);
-            }
-            return entry.breaker;
-        }
-        // The attributes' configuration of the name wins over the values
-        // of whichever caller comes first.
-        let first = match self.declared.breakers.get(name) {
-            Some(&declared) => {
-                if declared != defaults {
-                    tracing::warn!(
-                        breaker = name,
-                        declared = ?declared,
-                        ignored = ?defaults,
-                        "circuit breaker `{name}` is configured by its `#[circuit_breaker]` sites; the values given here are not used (move them to the config file or to `RegistryBuilder::breaker`)"
-                    );
-                }
-                declared
-            }
-            None => defaults,
-        };
-        let config = self.resolve(&shared, name, first);
-        let breaker: &'static CircuitBreaker = Box::leak(Box::new(config));
-        for hook in shared.hooks.get(name).into_iter().flatten() {
-            let hook = hook.clone();
-            breaker.on_state_change(move |name, from, to| hook(name, from, to));
-        }
-        let mut entry = BreakerEntry::new(breaker, first);
-        if first != defaults {
-            entry.warned(defaults);
-        }
-        shared.breakers.insert(name, entry);
-        breaker
+        self.named(name, defaults, Origin::Site(at))
     }
 
     /// The breaker `name` for an HTTP or tower layer: the configuration
@@ -124,32 +38,7 @@ impl Registry {
             .get(name)
             .copied()
             .unwrap_or_default();
-        self.breaker_from(name, defaults, Origin::Layer)
-    }
-
-    pub(super) fn resolve(
-        &self,
-        shared: &Shared,
-        name: &'static str,
-        defaults: BreakerConfig,
-    ) -> CircuitBreaker {
-        let from_code = shared.code_breakers.get(name).copied().unwrap_or(defaults);
-        let config = self.file.breaker(name, from_code);
-        match CircuitBreaker::new_in(self.service, name, config) {
-            Ok(breaker) => breaker,
-            Err(err) => {
-                // Each part was checked on its own; only their combination
-                // can fail here.
-                tracing::error!(
-                    breaker = name,
-                    error = %err,
-                    "the configuration file and the code combine into an invalid breaker; using the code's values"
-                );
-                CircuitBreaker::new_in(self.service, name, from_code)
-                    .or_else(|_| CircuitBreaker::new_in(self.service, name, BreakerConfig::new()))
-                    .unwrap_or_else(|_| unreachable!("the default breaker config is valid"))
-            }
-        }
+        self.named(name, defaults, Origin::Layer)
     }
 
     /// The breaker family `name` ([`BreakerFamily`]), created at the first
@@ -172,7 +61,7 @@ impl Registry {
     /// # Ok::<(), resilience::ConfigError>(())
     /// ```
     pub fn family(&self, name: &'static str, defaults: FamilyConfig) -> &'static BreakerFamily {
-        self.family_from(name, defaults, Origin::Call)
+        self.named(name, defaults, Origin::Call)
     }
 
     /// [`family`](Self::family) for the `#[circuit_breaker(key = ..)]`
@@ -183,74 +72,7 @@ impl Registry {
         defaults: FamilyConfig,
         at: &'static std::panic::Location<'static>,
     ) -> &'static BreakerFamily {
-        self.family_from(name, defaults, Origin::Site(at))
-    }
-
-    pub(super) fn family_from(
-        &self,
-        name: &'static str,
-        defaults: FamilyConfig,
-        origin: Origin,
-    ) -> &'static BreakerFamily {
-        if let Some(entry) = self.read().families.get(name)
-            && (entry.first == defaults || !matches!(origin, Origin::Site(_)))
-        {
-            return entry.family;
-        }
-        let mut shared = self.write();
-        if let Some(entry) = shared.families.get(name) {
-            if let Origin::Site(at) = origin
-                && entry.first != defaults
-                && !shared.code_families.contains_key(name)
-            {
-                let in_force = *entry.family.config();
-                let theirs = self.file.family(name, defaults);
-                if in_force != theirs {
-                    site_conflict(
-                        "breaker family",
-                        name,
-                        &first_creator(name, Defaults::Family(entry.first), at),
-                        at,
-                        &family_differences(&in_force, &theirs),
-                        "RegistryBuilder::family",
-                    );
-                }
-            }
-            return entry.family;
-        }
-        let declared = self
-            .declared
-            .families
-            .get(name)
-            .copied()
-            .unwrap_or(defaults);
-        let from_code = shared.code_families.get(name).copied().unwrap_or(declared);
-        let config = self.file.family(name, from_code);
-        let family = BreakerFamily::new_in(self.service, name, config).unwrap_or_else(|err| {
-            // Each part was checked on its own; only their combination
-            // can fail here.
-            tracing::error!(
-                family = name,
-                error = %err,
-                "the configuration file and the code combine into an invalid breaker family; using the code's values"
-            );
-            BreakerFamily::new_in(self.service, name, from_code)
-                .or_else(|_| BreakerFamily::new_in(self.service, name, FamilyConfig::new()))
-                .unwrap_or_else(|_| unreachable!("the default family config is valid"))
-        });
-        let family: &'static BreakerFamily = Box::leak(Box::new(family));
-        for hook in shared.hooks.get(name).into_iter().flatten() {
-            let hook = hook.clone();
-            family.on_state_change(move |name, from, to| hook(name, from, to));
-        }
-        shared.families.insert(
-            name,
-            FamilyEntry {
-                family,
-                first: declared,
-            },
-        );
-        family
+        self.named(name, defaults, Origin::Site(at))
     }
 
     /// The breaker of `key` in the family `name`: [`family`](Self::family)
@@ -276,7 +98,7 @@ impl Registry {
         self.read()
             .families
             .values()
-            .map(|entry| entry.family)
+            .map(|entry| entry.item)
             .collect()
     }
 
@@ -299,7 +121,7 @@ impl Registry {
     /// ```
     pub fn find_breaker(&self, name: &str) -> Option<&'static CircuitBreaker> {
         if let Some(entry) = self.read().breakers.get(name) {
-            return Some(entry.breaker);
+            return Some(entry.item);
         }
         let site = self.declared.breakers.get_key_value(name);
         match site {
@@ -337,7 +159,139 @@ impl Registry {
         self.read()
             .breakers
             .values()
-            .map(|entry| entry.breaker)
+            .map(|entry| entry.item)
             .collect()
+    }
+
+    /// The breaker or family `name`, created at the first call with the
+    /// configuration resolved from the file, the code and `defaults` (the
+    /// values its attributes declare, else those of the caller), in that
+    /// order of precedence; registered by `origin`, whose values are
+    /// reported when others are in force.
+    fn named<T: Named>(
+        &self,
+        name: &'static str,
+        defaults: T::Config,
+        origin: Origin,
+    ) -> &'static T {
+        {
+            let shared = self.read();
+            if let Some(entry) = T::entries(&shared).get(name)
+                && match origin {
+                    Origin::Site(_) => entry.first() == defaults,
+                    Origin::Layer => true,
+                    Origin::Call => !T::WARNS_CALLERS || entry.knows(&defaults),
+                }
+            {
+                return entry.item;
+            }
+        }
+        let mut shared = self.write();
+        if let Some(entry) = T::entries(&shared).get(name)
+            && let Origin::Site(at) = origin
+        {
+            let first = entry.first();
+            if first != defaults && !T::in_code(&shared).contains_key(name) {
+                // Only what would run differently is a conflict: the file
+                // may set the very settings in which the sites differ.
+                let in_force = entry.item.config();
+                let theirs = T::in_file(&self.file, name, defaults);
+                if in_force != theirs {
+                    site_conflict(
+                        T::KIND,
+                        name,
+                        &first_creator(name, T::site_defaults(first), at),
+                        at,
+                        &T::differences(&in_force, &theirs),
+                        T::IN_CODE,
+                    );
+                }
+            }
+            return entry.item;
+        }
+        if let Some(entry) = T::entries_mut(&mut shared).get_mut(name) {
+            if let Origin::Call = origin
+                && T::WARNS_CALLERS
+                && !entry.knows(&defaults)
+            {
+                tracing::warn!(
+                    breaker = name,
+                    first = ?entry.first(),
+                    ignored = ?defaults,
+                    "two call sites configure {kind} `{name}` differently; the first registration wins (move the setting to the config file to make it explicit)",
+                    kind = T::KIND,
+                );
+                entry.warned(defaults);
+            }
+            return entry.item;
+        }
+        // The attributes' configuration of the name wins over the values
+        // of whichever caller comes first.
+        let first = match T::declared(&self.declared).get(name) {
+            Some(&declared) => {
+                if T::WARNS_CALLERS && declared != defaults {
+                    tracing::warn!(
+                        breaker = name,
+                        declared = ?declared,
+                        ignored = ?defaults,
+                        "{kind} `{name}` is configured by its `#[circuit_breaker]` sites; the values given here are not used (move them to the config file or to `{in_code}`)",
+                        kind = T::KIND,
+                        in_code = T::IN_CODE,
+                    );
+                }
+                declared
+            }
+            None => defaults,
+        };
+        let item: &'static T = Box::leak(Box::new(self.create(&shared, name, first)));
+        for hook in shared.hooks.get(name).into_iter().flatten() {
+            item.attach(hook.clone());
+        }
+        let mut entry = Entry::new(item, first);
+        if T::WARNS_CALLERS && first != defaults {
+            entry.warned(defaults);
+        }
+        T::entries_mut(&mut shared).insert(name, entry);
+        item
+    }
+
+    /// A breaker or family named `name`, with the code's configuration
+    /// (else the attributes' values `first`) under the file's.
+    fn create<T: Named>(&self, shared: &Shared, name: &'static str, first: T::Config) -> T {
+        let from_code = T::in_code(shared).get(name).copied().unwrap_or(first);
+        let config = T::in_file(&self.file, name, from_code);
+        T::new_in(self.service, name, config).unwrap_or_else(|err| {
+            // Each part was checked on its own; only their combination
+            // can fail here.
+            tracing::error!(
+                breaker = name,
+                error = %err,
+                "the configuration file and the code combine into an invalid {kind}; using the code's values",
+                kind = T::KIND,
+            );
+            T::new_in(self.service, name, from_code)
+                .or_else(|_| T::new_in(self.service, name, T::Config::default()))
+                .unwrap_or_else(|_| unreachable!("the default configuration is valid"))
+        })
+    }
+
+    /// The configuration of the breaker or family `name`: the one it runs
+    /// with, or before it exists, the one it would be created with from
+    /// a site's `defaults`.
+    pub(super) fn in_force<T: Named>(
+        &self,
+        shared: &Shared,
+        name: &str,
+        defaults: T::Config,
+    ) -> T::Config {
+        if let Some(entry) = T::entries(shared).get(name) {
+            return entry.item.config();
+        }
+        let declared = T::declared(&self.declared)
+            .get(name)
+            .copied()
+            .unwrap_or(defaults);
+        let from_code = T::in_code(shared).get(name).copied().unwrap_or(declared);
+        T::in_file(&self.file, name, from_code)
     }
 }

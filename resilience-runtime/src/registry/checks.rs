@@ -47,47 +47,17 @@ impl Registry {
                         if !seen.insert(site.name) {
                             return None;
                         }
-                        let defaults = self
-                            .declared
-                            .breakers
-                            .get(site.name)
-                            .copied()
-                            .unwrap_or(defaults);
-                        let config = match shared.breakers.get(site.name) {
-                            Some(entry) => *entry.breaker.config(),
-                            None => {
-                                let from_code = shared
-                                    .code_breakers
-                                    .get(site.name)
-                                    .copied()
-                                    .unwrap_or(defaults);
-                                self.file.breaker(site.name, from_code)
-                            }
-                        };
-                        SiteConfig::Breaker(config)
+                        SiteConfig::Breaker(
+                            self.in_force::<CircuitBreaker>(&shared, site.name, defaults),
+                        )
                     }
                     Defaults::Family(defaults) => {
                         if !seen.insert(site.name) {
                             return None;
                         }
-                        let defaults = self
-                            .declared
-                            .families
-                            .get(site.name)
-                            .copied()
-                            .unwrap_or(defaults);
-                        let config = match shared.families.get(site.name) {
-                            Some(entry) => *entry.family.config(),
-                            None => {
-                                let from_code = shared
-                                    .code_families
-                                    .get(site.name)
-                                    .copied()
-                                    .unwrap_or(defaults);
-                                self.file.family(site.name, from_code)
-                            }
-                        };
-                        SiteConfig::Family(config)
+                        SiteConfig::Family(
+                            self.in_force::<BreakerFamily>(&shared, site.name, defaults),
+                        )
                     }
                 };
                 Some(SiteInfo {

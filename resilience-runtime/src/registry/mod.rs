@@ -39,7 +39,7 @@ pub(crate) use self::sites::ran as site_ran;
 #[doc(hidden)]
 pub use self::sites::{Defaults, LimitRate, SITES, Site, SiteDefaults};
 pub use self::sites::{SiteConfig, SiteInfo};
-use self::table::{BreakerEntry, FamilyEntry, Origin, Shared, first_creator};
+use self::table::{Entry, Named, Origin, Shared, first_creator};
 
 /// A state-change hook, as given to [`RegistryBuilder::on_state_change`].
 type Hook = std::sync::Arc<
