@@ -5,9 +5,13 @@
 //! (it once measured slower): filter on `'#\[circuit_breaker\]'` to
 //! compare the two in one run. The peer, backon, runs around the same
 //! body (`get_user_backon`), and so does its attribute, backon-macros'
-//! `#[backon]` (`get_user_backon_macros`).
+//! `#[backon]` (`get_user_backon_macros`). `get_value`'s rows compare the
+//! two attributes as users write them, with their defaults, on a fn that
+//! awaits another; `macros/instrumented` runs them again with a Prometheus
+//! recorder and a tracing subscriber installed.
 //!
 //! `cargo bench --bench macros -- --warm-up-time 1 --measurement-time 3`
+//! (and `--profile peers` for the build of BENCHMARKS.md's peers section)
 //!
 //! Every body awaits a ready future, as a real call awaits its transport
 //! (a breaker around a body that awaits nothing does not compile).
@@ -126,6 +130,36 @@ async fn get_user_backon_macros(id: u64) -> Result<u64, Error> {
     ready(Ok(black_box(id) + 1)).await
 }
 
+// The comparison as users write it: `#[retry]` with its defaults and
+// `#[backon]` as its documentation writes it, each on a fn that awaits
+// another async fn (`op`) and returns the user's own error type.
+#[derive(Debug, thiserror::Error, resilience::Classify)]
+enum OpError {
+    #[error(transparent)]
+    #[classify(source)]
+    Io(#[from] std::io::Error),
+    #[error(transparent)]
+    #[classify(runtime)]
+    Resilience(#[from] resilience::Error),
+}
+
+#[inline(never)]
+async fn op() -> Result<u64, OpError> {
+    Ok(black_box(7) + 1)
+}
+
+#[inline(never)]
+#[retry]
+async fn get_value() -> Result<u64, OpError> {
+    op().await
+}
+
+#[inline(never)]
+#[backon_macros::backon(backoff = backon::ExponentialBuilder::default, sleep = tokio::time::sleep)]
+async fn get_value_backon() -> Result<u64, OpError> {
+    op().await
+}
+
 // The same, drawing on a retry budget: one deposit per call, on this
 // thread's stripe.
 #[inline(never)]
@@ -214,6 +248,10 @@ fn retry_success_path(c: &mut Criterion) {
     group.bench_function("#[backon] (peer attribute, same body)", |b| {
         b.iter(|| poll_once(get_user_backon_macros(black_box(7))))
     });
+    group.bench_function("get_value: #[retry]", |b| b.iter(|| poll_once(get_value())));
+    group.bench_function("get_value: #[backon] (peer attribute)", |b| {
+        b.iter(|| poll_once(get_value_backon()))
+    });
     group.bench_function("breaker by hand (CircuitBreaker::call)", |b| {
         b.iter(|| poll_once(get_user_breaker_by_hand(black_box(7))))
     });
@@ -246,5 +284,71 @@ fn report_sizes(_: &mut Criterion) {
     );
 }
 
-criterion_group!(benches, retry_success_path, report_sizes);
+/// `get_value`'s two rows again, with what a service installs: a Prometheus
+/// recorder (as `benches/metrics.rs` builds it) and a `tracing_subscriber`
+/// fmt subscriber writing to a sink, both global. `#[retry]` then opens its
+/// `resilience.call` span and records its metrics on every call; backon
+/// emits neither. Runs last: neither can be uninstalled.
+fn instrumented(c: &mut Criterion) {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_time()
+        .build()
+        .expect("a tokio runtime");
+    let _context = runtime.enter();
+
+    use metrics_exporter_prometheus::{Matcher, PrometheusBuilder};
+    let recorder = PrometheusBuilder::new()
+        .set_buckets_for_metric(
+            Matcher::Full(telemetry::REQUEST_DURATION_SECONDS.into()),
+            telemetry::DURATION_BUCKETS,
+        )
+        .expect("the buckets are not empty")
+        .build_recorder();
+    let handle = recorder.handle();
+    metrics::set_global_recorder(recorder).expect("no recorder installed before");
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(std::io::sink)
+        .finish();
+    tracing::subscriber::set_global_default(subscriber).expect("no subscriber installed before");
+    assert!(telemetry::recorder_installed());
+    assert!(tracing::level_enabled!(tracing::Level::INFO));
+
+    let mut group = c.benchmark_group("macros/instrumented");
+    group.bench_function(
+        "get_value: #[retry], Prometheus recorder + fmt subscriber",
+        |b| b.iter_custom(|iters| batched(iters, &handle, || poll_once(get_value()))),
+    );
+    group.bench_function(
+        "get_value: #[backon] (peer attribute), Prometheus recorder + fmt subscriber",
+        |b| b.iter_custom(|iters| batched(iters, &handle, || poll_once(get_value_backon()))),
+    );
+    group.finish();
+}
+
+/// Makes `iters` calls in batches, with the recorder's upkeep between them
+/// off the clock: histogram samples wait in the recorder until upkeep folds
+/// them into buckets (a service's exporter runs it when scraped).
+#[inline(always)]
+fn batched<T>(
+    iters: u64,
+    handle: &metrics_exporter_prometheus::PrometheusHandle,
+    mut call: impl FnMut() -> T,
+) -> std::time::Duration {
+    let mut total = std::time::Duration::ZERO;
+    let mut left = iters;
+    while left > 0 {
+        let batch = left.min(10_000);
+        let start = std::time::Instant::now();
+        for _ in 0..batch {
+            black_box(call());
+        }
+        total += start.elapsed();
+        handle.run_upkeep();
+        left -= batch;
+    }
+    total
+}
+
+criterion_group!(benches, retry_success_path, report_sizes, instrumented);
 criterion_main!(benches);

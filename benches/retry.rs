@@ -79,6 +79,18 @@ fn success_path(c: &mut Criterion) {
         let builder = backon::ExponentialBuilder::default().with_jitter();
         b.iter(|| poll_once((|| get_user(black_box(7))).retry(black_box(builder))))
     });
+    // backon as its README writes the call and as users compare it: the
+    // default builder (no jitter), built in place, as the policy of the row
+    // `Policy::retry, policy known at compile time` is.
+    group.bench_function(
+        "backon, ExponentialBuilder::default() (peer, same fn)",
+        |b| {
+            use backon::Retryable;
+            b.iter(|| {
+                poll_once((|| get_user(black_box(7))).retry(backon::ExponentialBuilder::default()))
+            })
+        },
+    );
     // tokio-retry2 has no default strategy: its README's, built per call as
     // the README builds it. Its actions return its own error type, so the
     // same fn is mapped with its `MapErr`.
