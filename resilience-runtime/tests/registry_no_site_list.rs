@@ -226,7 +226,7 @@ fn without_the_site_list_the_registry_learns_each_site_when_it_runs() {
             &[
                 "ERROR ",
                 "breaker=\"combined\"",
-                "combine into an invalid breaker",
+                "combine into an invalid circuit breaker",
             ],
         );
         let config = *registry.find_breaker("combined").unwrap().config();
