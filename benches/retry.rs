@@ -29,6 +29,21 @@ async fn get_user(id: u64) -> Result<u64, std::io::Error> {
     Ok(black_box(id) + 1)
 }
 
+/// `get_user` as the compiler sees a real call: it may fail. `get_user`
+/// never does, and with LTO the optimizer proves it and drops the chain's
+/// failure path; a real dependency's errors keep that path reachable.
+#[inline(never)]
+async fn get_user_may_fail(id: u64) -> Result<u64, std::io::Error> {
+    let id = black_box(id);
+    if id == u64::MAX {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::ConnectionReset,
+            "reset",
+        ));
+    }
+    Ok(id + 1)
+}
+
 pin_project_lite::pin_project! {
     /// The floor: calls `op` once and polls its future, nothing else.
     struct Floor<F, Fut> {
@@ -88,6 +103,23 @@ fn success_path(c: &mut Criterion) {
             use backon::Retryable;
             b.iter(|| {
                 poll_once((|| get_user(black_box(7))).retry(backon::ExponentialBuilder::default()))
+            })
+        },
+    );
+    // The same two with an fn that may fail (see `get_user_may_fail`).
+    group.bench_function(
+        "Policy::retry, policy known at compile time, fn may fail",
+        |b| b.iter(|| poll_once(Policy::http().retry(|| get_user_may_fail(black_box(7))))),
+    );
+    group.bench_function(
+        "backon, ExponentialBuilder::default(), fn may fail (peer, same fn)",
+        |b| {
+            use backon::Retryable;
+            b.iter(|| {
+                poll_once(
+                    (|| get_user_may_fail(black_box(7)))
+                        .retry(backon::ExponentialBuilder::default()),
+                )
             })
         },
     );
