@@ -222,11 +222,7 @@ async fn get_user_both_by_hand_observed(id: u64) -> Result<u64, Error> {
 
 fn retry_success_path(c: &mut Criterion) {
     // A runtime in context, as in a service: the breaker's ticker runs on it.
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_time()
-        .build()
-        .expect("a tokio runtime");
+    let runtime = common::runtime();
     let _context = runtime.enter();
     let mut group = c.benchmark_group("macros/first-attempt-succeeds");
     group.bench_function("bare fn", |b| b.iter(|| poll_once(get_user(black_box(7)))));
@@ -285,26 +281,15 @@ fn report_sizes(_: &mut Criterion) {
 }
 
 /// `get_value`'s two rows again, with what a service installs: a Prometheus
-/// recorder (as `benches/metrics.rs` builds it) and a `tracing_subscriber`
+/// recorder (`common::prometheus_recorder`) and a `tracing_subscriber`
 /// fmt subscriber writing to a sink, both global. `#[retry]` then opens its
 /// `resilience.call` span and records its metrics on every call; backon
 /// emits neither. Runs last: neither can be uninstalled.
 fn instrumented(c: &mut Criterion) {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_time()
-        .build()
-        .expect("a tokio runtime");
+    let runtime = common::runtime();
     let _context = runtime.enter();
 
-    use metrics_exporter_prometheus::{Matcher, PrometheusBuilder};
-    let recorder = PrometheusBuilder::new()
-        .set_buckets_for_metric(
-            Matcher::Full(telemetry::REQUEST_DURATION_SECONDS.into()),
-            telemetry::DURATION_BUCKETS,
-        )
-        .expect("the buckets are not empty")
-        .build_recorder();
+    let recorder = common::prometheus_recorder();
     let handle = recorder.handle();
     metrics::set_global_recorder(recorder).expect("no recorder installed before");
     let subscriber = tracing_subscriber::fmt()

@@ -78,14 +78,7 @@ fn success_path(c: &mut Criterion) {
             b.iter(|| black_box(telemetry::recorder_installed()))
         });
 
-        use metrics_exporter_prometheus::{Matcher, PrometheusBuilder};
-        let recorder = PrometheusBuilder::new()
-            .set_buckets_for_metric(
-                Matcher::Full(telemetry::REQUEST_DURATION_SECONDS.into()),
-                telemetry::DURATION_BUCKETS,
-            )
-            .expect("the buckets are not empty")
-            .build_recorder();
+        let recorder = common::prometheus_recorder();
         let handle = recorder.handle();
         let _local = metrics::set_default_local_recorder(&recorder);
         assert!(telemetry::recorder_installed());

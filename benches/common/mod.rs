@@ -29,3 +29,30 @@ pub fn poll_in_task<F: Future>(fut: F) -> F::Output {
         Poll::Pending => unreachable!("the benchmarked future is always ready"),
     }
 }
+
+// Only the benches that install a recorder or run a runtime use these.
+#[allow(dead_code)]
+/// A Prometheus recorder as a service builds one: the guide's buckets for
+/// the request duration, so that it is a histogram, not a summary.
+pub fn prometheus_recorder() -> metrics_exporter_prometheus::PrometheusRecorder {
+    use metrics_exporter_prometheus::{Matcher, PrometheusBuilder};
+    use resilience::telemetry;
+    PrometheusBuilder::new()
+        .set_buckets_for_metric(
+            Matcher::Full(telemetry::REQUEST_DURATION_SECONDS.into()),
+            telemetry::DURATION_BUCKETS,
+        )
+        .expect("the buckets are not empty")
+        .build_recorder()
+}
+
+#[allow(dead_code)]
+/// A multi-thread runtime with one worker and the timer, as a service's
+/// (the breaker's ticker runs on it).
+pub fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_time()
+        .build()
+        .expect("a tokio runtime")
+}
