@@ -25,7 +25,7 @@ use resilience::telemetry::{self, Labels, RetryMetrics};
 use resilience::{circuit_breaker, retry};
 
 mod common;
-use common::poll_once;
+use common::{batched, poll_once};
 
 type Error = std::io::Error;
 
@@ -309,30 +309,6 @@ fn instrumented(c: &mut Criterion) {
         |b| b.iter_custom(|iters| batched(iters, &handle, || poll_once(get_value_backon()))),
     );
     group.finish();
-}
-
-/// Makes `iters` calls in batches, with the recorder's upkeep between them
-/// off the clock: histogram samples wait in the recorder until upkeep folds
-/// them into buckets (a service's exporter runs it when scraped).
-#[inline(always)]
-fn batched<T>(
-    iters: u64,
-    handle: &metrics_exporter_prometheus::PrometheusHandle,
-    mut call: impl FnMut() -> T,
-) -> std::time::Duration {
-    let mut total = std::time::Duration::ZERO;
-    let mut left = iters;
-    while left > 0 {
-        let batch = left.min(10_000);
-        let start = std::time::Instant::now();
-        for _ in 0..batch {
-            black_box(call());
-        }
-        total += start.elapsed();
-        handle.run_upkeep();
-        left -= batch;
-    }
-    total
 }
 
 criterion_group!(benches, retry_success_path, report_sizes, instrumented);

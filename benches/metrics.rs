@@ -83,22 +83,8 @@ fn success_path(c: &mut Criterion) {
         let _local = metrics::set_default_local_recorder(&recorder);
         assert!(telemetry::recorder_installed());
         group.bench_function("instrumented, Prometheus recorder", |b| {
-            // Histogram samples wait in the recorder until upkeep folds them
-            // into buckets: run it between batches, off the clock.
             b.iter_custom(|iters| {
-                let mut total = std::time::Duration::ZERO;
-                let mut left = iters;
-                while left > 0 {
-                    let batch = left.min(10_000);
-                    let start = std::time::Instant::now();
-                    for _ in 0..batch {
-                        let _ = black_box(instrumented(black_box(policy)));
-                    }
-                    total += start.elapsed();
-                    handle.run_upkeep();
-                    left -= batch;
-                }
-                total
+                common::batched(iters, &handle, || instrumented(black_box(policy)))
             })
         });
     }

@@ -56,3 +56,28 @@ pub fn runtime() -> tokio::runtime::Runtime {
         .build()
         .expect("a tokio runtime")
 }
+
+#[allow(dead_code)]
+/// Makes `iters` calls in batches, with the recorder's upkeep between them
+/// off the clock: histogram samples wait in the recorder until upkeep folds
+/// them into buckets (a service's exporter runs it when scraped).
+#[inline(always)]
+pub fn batched<T>(
+    iters: u64,
+    handle: &metrics_exporter_prometheus::PrometheusHandle,
+    mut call: impl FnMut() -> T,
+) -> std::time::Duration {
+    let mut total = std::time::Duration::ZERO;
+    let mut left = iters;
+    while left > 0 {
+        let batch = left.min(10_000);
+        let start = std::time::Instant::now();
+        for _ in 0..batch {
+            std::hint::black_box(call());
+        }
+        total += start.elapsed();
+        handle.run_upkeep();
+        left -= batch;
+    }
+    total
+}
